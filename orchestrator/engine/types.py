@@ -1,0 +1,255 @@
+"""The engine's vocabulary: workflows, model calls, records of what ran, and the observer.
+
+Pure Python: nothing here imports Django or a provider. Everything above the engine (storage,
+live events, the CLI) speaks in these types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal, Protocol, TypeAlias
+
+Message: TypeAlias = dict[str, str]
+"""One chat message, ``{"role": "system" | "user" | "assistant", "content": "..."}``."""
+
+ALL: Final = "all"
+Access: TypeAlias = Literal["all"] | tuple[int, ...]
+"""Which earlier steps of the same round a step reads: every one (``"all"``) or these indices."""
+
+AccessMode: TypeAlias = Literal["binary", "fine"]
+StepStatus: TypeAlias = Literal["pending", "running", "succeeded", "failed"]
+RunStatus: TypeAlias = Literal["succeeded", "failed", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepSpec:
+    """One step as a conductor (or a fixed strategy) wrote it."""
+
+    worker: int
+    instruction: str
+    access: Access = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Workflow:
+    """The steps of one round, in order. No steps means "accept the previous answer"."""
+
+    steps: tuple[StepSpec, ...]
+
+    @property
+    def accepts(self) -> bool:
+        return not self.steps
+
+    def reads(self, index: int) -> tuple[int, ...]:
+        """The earlier indices step ``index`` reads, with ``"all"`` resolved."""
+        access = self.steps[index].access
+        return tuple(range(index)) if access == ALL else access
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """What one model call returned."""
+
+    text: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    latency: float = 0.0
+
+
+class ModelError(Exception):
+    """A failure caused by a model or its provider: timeout, rate limit, 5xx, unusable reply.
+
+    ``retryable`` failures are retried with backoff; the rest fail the step at once. Anything
+    that is not a ModelError is a bug and propagates.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True, status: int | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+
+
+class ModelClient(Protocol):
+    """Messages in; text, token counts, cost and latency out. Implemented in providers/."""
+
+    model: str
+
+    async def complete(self, messages: Sequence[Message], *, timeout: float) -> Completion: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """A worker of the pool as the engine sees it."""
+
+    name: str
+    model: str
+    description: str
+    client: ModelClient
+    system_prompt: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    """Bounds and switches for one run. Defaults are the embedded defaults."""
+
+    max_steps: int = 5
+    max_rounds: int = 2
+    access_mode: AccessMode = "fine"
+    show_worker_names: bool = True
+    question_in_later_steps: bool = True
+    step_timeout: float = 120.0
+    max_attempts: int = 3
+    backoff: float = 0.5
+    max_parse_retries: int = 2
+    token_budget: int | None = None
+    cost_budget: float | None = None
+
+
+@dataclass(slots=True)
+class PlanAttempt:
+    """One call to the conductor: its raw output and, if it could not be used, why."""
+
+    raw: str
+    error: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    latency: float = 0.0
+
+
+@dataclass(slots=True)
+class PlanRecord:
+    """How the workflow of one round came to be.
+
+    A fixed strategy (single, reflection, moa) has no attempts and no messages.
+    ``workflow`` is None when every attempt failed; ``error`` then says why.
+    """
+
+    round: int
+    strategy: str
+    messages: list[Message] = field(default_factory=list)
+    attempts: list[PlanAttempt] = field(default_factory=list)
+    workflow: Workflow | None = None
+    error: str = ""
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """A step as executed: exactly what was sent and what came back."""
+
+    round: int
+    index: int
+    spec: StepSpec
+    worker_name: str
+    model: str
+    reads: tuple[int, ...]
+    messages: list[Message] = field(default_factory=list)
+    status: StepStatus = "pending"
+    response: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    latency: float = 0.0
+    attempts: int = 0
+    error: str = ""
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.round, self.index)
+
+
+@dataclass(slots=True)
+class Totals:
+    """Sums over every model call of a run, the conductor's included."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float = 0.0
+    model_calls: int = 0
+    wall_time: float = 0.0
+
+
+@dataclass(slots=True)
+class RunResult:
+    """How a run ended."""
+
+    status: RunStatus
+    answer: str
+    error: str
+    plans: list[PlanRecord]
+    steps: list[StepRecord]
+    totals: Totals
+
+
+@dataclass(slots=True)
+class ResumeState:
+    """What is already known of a run: these plans are not made again, these steps not called again.
+
+    Used to resume a run after a worker died, and by replay to reuse unaffected steps.
+    Only steps with status "succeeded" count as done.
+    """
+
+    plans: dict[int, PlanRecord] = field(default_factory=dict)
+    steps: dict[tuple[int, int], StepRecord] = field(default_factory=dict)
+
+
+class RunObserver(Protocol):
+    """Callbacks the scheduler fires, from one place each, in this order for a step:
+    started, then finished or failed. Storage and live events hang off these."""
+
+    async def planning(self, round: int) -> None: ...
+
+    async def plan_created(self, plan: PlanRecord, steps: Sequence[StepRecord]) -> None: ...
+
+    async def step_started(self, step: StepRecord) -> None: ...
+
+    async def step_finished(self, step: StepRecord) -> None: ...
+
+    async def step_failed(self, step: StepRecord) -> None: ...
+
+    async def run_finished(self, result: RunResult) -> None: ...
+
+
+class NullObserver:
+    """An observer that ignores everything."""
+
+    async def planning(self, round: int) -> None:
+        pass
+
+    async def plan_created(self, plan: PlanRecord, steps: Sequence[StepRecord]) -> None:
+        pass
+
+    async def step_started(self, step: StepRecord) -> None:
+        pass
+
+    async def step_finished(self, step: StepRecord) -> None:
+        pass
+
+    async def step_failed(self, step: StepRecord) -> None:
+        pass
+
+    async def run_finished(self, result: RunResult) -> None:
+        pass
+
+
+class Strategy(Protocol):
+    """Writes the workflow of each round: the conductor, or a fixed baseline (single, reflection, moa).
+
+    Returns None when there is nothing more to do (a fixed strategy after its only round), a plan
+    whose workflow accepts (no steps) to keep the previous answer, or a plan whose workflow is None
+    when the conductor's output could not be used (``error`` says why; the run fails with it).
+    """
+
+    name: str
+
+    async def plan(
+        self,
+        *,
+        round: int,
+        question: str,
+        workers: Sequence[WorkerInfo],
+        settings: RunSettings,
+        previous_answer: str | None,
+    ) -> PlanRecord | None: ...
