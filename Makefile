@@ -1,0 +1,53 @@
+# The two commands: `make demo` (install, migrate, seed, serve) and `make test` (the whole suite).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+PY_STAMP := $(VENV)/.installed
+JS_STAMP := static/vendor/.installed
+# The production path's services (started by .ci/run; on a laptop, point these at yours).
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+BENCHES := parse engine_overhead concurrency suite stored_overhead check_time celery_throughput graph_render live_latency runs_list
+
+.PHONY: install demo serve test test-fast test-production bench clean
+
+install: $(PY_STAMP) $(JS_STAMP)
+
+$(PY_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(JS_STAMP): package.json package-lock.json scripts/copy_vendor.py
+	npm ci --no-audit --no-fund --loglevel=error
+	$(BIN)/python scripts/copy_vendor.py
+	touch $@
+
+demo: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py seed_demo
+	$(MAKE) --no-print-directory serve
+
+serve:
+	@echo "Serving on http://$(HOST):$(PORT)/ (Ctrl-C stops)"
+	$(BIN)/daphne -b $(HOST) -p $(PORT) webui.asgi:application
+
+test: install
+	$(BIN)/pytest -m "not production"
+	$(MAKE) --no-print-directory test-production
+
+test-fast: install
+	$(BIN)/pytest -m "not production and not browser"
+
+test-production: install
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) DJANGO_SECRET_KEY=test-only \
+		$(BIN)/pytest -m production
+
+bench: install
+	@for b in $(BENCHES); do echo "== bench.$$b"; $(BIN)/python -m bench.$$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) node_modules static/vendor .pytest_cache .hypothesis

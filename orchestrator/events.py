@@ -1,0 +1,166 @@
+"""The live event schema, and publishing.
+
+Every event is a JSON object ``{"type": ..., "run": <run id>, "seq": <n>, ...}`` with ``seq``
+increasing by one per run. Events are stored (``RunEvent``) so a reconnecting client can be sent
+exactly what it missed, and sent to the run's channel group only after the transaction commits.
+Only services publish. The consumer and the page (static/js/live.js) follow this schema:
+
+``run.status``     ``status``: the run's new status (queued, planning, running, ...).
+``plan.created``   ``plan``: PLAN (the conductor's output for a round).
+``step.created``   ``step``: STEP, status pending.
+``step.started``   ``step``: STEP, status running.
+``step.finished``  ``step``: STEP, status succeeded; ``totals``: TOTALS of the run so far.
+``step.failed``    ``step``: STEP, status failed (``error`` says why); ``totals``: TOTALS.
+``run.finished``   ``status``, ``answer``, ``score``, ``error``, ``totals``: TOTALS.
+
+STEP, PLAN and TOTALS are the dicts built by ``step_data``, ``plan_data`` and ``totals_data``.
+On connect the consumer first sends ``{"type": "snapshot", "run": id, "seq": last_seq,
+"state": snapshot_data(run)}``; a client that reconnects with ``?after=<seq>`` is sent the stored
+events after that seq instead, then live events. Clients ignore events whose seq they have seen.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+from django.db.models import F
+
+from orchestrator.models import Plan, Run, RunEvent, Step
+
+RUN_STATUS: Final = "run.status"
+PLAN_CREATED: Final = "plan.created"
+STEP_CREATED: Final = "step.created"
+STEP_STARTED: Final = "step.started"
+STEP_FINISHED: Final = "step.finished"
+STEP_FAILED: Final = "step.failed"
+RUN_FINISHED: Final = "run.finished"
+SNAPSHOT: Final = "snapshot"
+
+EVENT_TYPES: Final = (
+    RUN_STATUS, PLAN_CREATED, STEP_CREATED, STEP_STARTED, STEP_FINISHED, STEP_FAILED, RUN_FINISHED,
+)
+
+# The channel-layer message type; Channels routes it to the consumer's ``run_event`` handler.
+LAYER_MESSAGE_TYPE: Final = "run.event"
+
+
+def group_name(run_id: int) -> str:
+    """The channel group of one run."""
+    return f"run.{run_id}"
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+def totals_data(run: Run) -> dict[str, Any]:
+    return {
+        "tokens_in": run.tokens_in,
+        "tokens_out": run.tokens_out,
+        "cost": run.cost,
+        "model_calls": run.model_calls,
+        "wall_time": run.wall_time,
+        "step_count": run.step_count,
+    }
+
+
+def step_data(step: Step) -> dict[str, Any]:
+    """A step as pages and clients see it live. Messages and response are fetched on demand."""
+    return {
+        "id": step.pk,
+        "round": step.round,
+        "index": step.index,
+        "worker": step.worker_name,
+        "worker_index": step.worker_index,
+        "model": step.model,
+        "instruction": step.instruction,
+        "access": step.access,
+        "reads": step.reads,
+        "status": step.status,
+        "tokens_in": step.tokens_in,
+        "tokens_out": step.tokens_out,
+        "cost": step.cost,
+        "latency": step.latency,
+        "attempts": step.attempts,
+        "error": step.error,
+        "reused_from": step.reused_from_id,
+        "started_at": _iso(step.started_at),
+        "finished_at": _iso(step.finished_at),
+    }
+
+
+def plan_data(plan: Plan) -> dict[str, Any]:
+    return {
+        "id": plan.pk,
+        "round": plan.round,
+        "strategy": plan.strategy,
+        "attempts": len(plan.attempts),
+        "error": plan.error,
+        "accepts": plan.workflow == [],
+        "step_count": len(plan.workflow or []),
+    }
+
+
+def run_data(run: Run) -> dict[str, Any]:
+    return {
+        "id": run.pk,
+        "status": run.status,
+        "strategy": run.strategy,
+        "pool": run.pool_id,
+        "input": run.input,
+        "reference": run.reference,
+        "answer": run.answer,
+        "score": run.score,
+        "error": run.error,
+        "replay_of": run.replay_of_id,
+        "created_at": _iso(run.created_at),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "totals": totals_data(run),
+    }
+
+
+def snapshot_data(run: Run) -> dict[str, Any]:
+    """Everything a page needs to draw a run as it is now (one query per table)."""
+    return {
+        "run": run_data(run),
+        "plans": [plan_data(p) for p in run.plans.all()],
+        "steps": [step_data(s) for s in run.steps.all()],
+    }
+
+
+def publish(run_id: int, type: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Store the next event of a run and send it to the run's group once the transaction commits.
+
+    Call it from services only, inside or outside a transaction. Returns the event.
+    """
+    if type not in EVENT_TYPES:
+        raise ValueError(f"unknown event type {type!r}")
+    with transaction.atomic():
+        # The UPDATE takes the row lock first, so concurrent publishers get distinct seqs.
+        Run.objects.filter(pk=run_id).update(last_seq=F("last_seq") + 1)
+        seq = Run.objects.filter(pk=run_id).values_list("last_seq", flat=True).get()
+        event = {"type": type, "run": run_id, "seq": seq, **data}
+        RunEvent.objects.create(run_id=run_id, seq=seq, type=type, data=event)
+        transaction.on_commit(lambda: send(event))
+    return event
+
+
+def send(event: dict[str, Any]) -> None:
+    """Send a stored event to the run's group (no storage; publish() calls this on commit)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    async_to_sync(layer.group_send)(
+        group_name(event["run"]), {"type": LAYER_MESSAGE_TYPE, "event": event}
+    )
+
+
+def events_after(run_id: int, seq: int) -> list[dict[str, Any]]:
+    """The stored events of a run after ``seq``, in order: what a reconnecting client missed."""
+    return list(
+        RunEvent.objects.filter(run_id=run_id, seq__gt=seq).order_by("seq").values_list("data", flat=True)
+    )

@@ -1,0 +1,273 @@
+"""What is stored: projects and their members, pools of workers, runs, plans, steps, events.
+
+Models hold data and its constraints only; writes go through ``orchestrator.services`` and reads
+through ``orchestrator.selectors``.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+
+ENV_VAR_NAME = RegexValidator(
+    r"^[A-Za-z_][A-Za-z0-9_]*$",
+    "Give the name of an environment variable (letters, digits, underscores), never the key itself.",
+)
+
+
+class Project(models.Model):
+    """The unit of access: pools and runs belong to a project, users are members with a role."""
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=100, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """A user's role in a project."""
+
+    class Role(models.TextChoices):
+        ADMIN = "admin", "Admin"
+        REVIEWER = "reviewer", "Reviewer"
+        VIEWER = "viewer", "Viewer"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.VIEWER)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "user"], name="membership_unique_user")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project} ({self.role})"
+
+
+class Pool(models.Model):
+    """A named set of workers plus the conductor's settings."""
+
+    class AccessMode(models.TextChoices):
+        BINARY = "binary", "Binary (all or nothing)"
+        FINE = "fine", "Fine (explicit earlier steps)"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="pools")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    conductor_model = models.CharField(
+        max_length=200,
+        default="sim/conductor",
+        help_text="A litellm model string, or sim/conductor for the offline simulated conductor.",
+    )
+    conductor_api_base = models.CharField(max_length=300, blank=True)
+    conductor_api_key_env = models.CharField(
+        max_length=100, blank=True, validators=[ENV_VAR_NAME],
+        help_text="Name of the environment variable holding the conductor's API key.",
+    )
+    conductor_params = models.JSONField(default=dict, blank=True)
+    max_steps = models.PositiveSmallIntegerField(default=5, validators=[MinValueValidator(1)])
+    max_rounds = models.PositiveSmallIntegerField(default=2, validators=[MinValueValidator(1)])
+    access_mode = models.CharField(max_length=6, choices=AccessMode.choices, default=AccessMode.FINE)
+    show_worker_names = models.BooleanField(default=True)
+    step_timeout = models.FloatField(default=120.0, validators=[MinValueValidator(0.1)])
+    token_budget = models.PositiveIntegerField(null=True, blank=True)
+    cost_budget = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.0)])
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="pool_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_simulated(self) -> bool:
+        return self.conductor_model.startswith("sim/")
+
+
+class Worker(models.Model):
+    """A model of a pool. Its key stays in the environment: only the variable's name is stored."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.CASCADE, related_name="workers")
+    position = models.PositiveSmallIntegerField(
+        default=0, help_text="Order in the pool; the conductor sees workers as Model 0, 1, ..."
+    )
+    name = models.CharField(max_length=100)
+    model = models.CharField(
+        max_length=200, help_text="litellm model string: openai/..., anthropic/..., sim/..."
+    )
+    api_base = models.CharField(max_length=300, blank=True)
+    api_key_env = models.CharField(max_length=100, blank=True, validators=[ENV_VAR_NAME])
+    params = models.JSONField(default=dict, blank=True, help_text="Call parameters.")
+    price_in = models.FloatField(default=0.0, help_text="Price per million input tokens.")
+    price_out = models.FloatField(default=0.0, help_text="Price per million output tokens.")
+    description = models.TextField(help_text="Capabilities, as shown to the conductor.")
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["pool", "position", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["pool", "name"], name="worker_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.model})"
+
+    @property
+    def is_simulated(self) -> bool:
+        return self.model.startswith("sim/")
+
+
+class Run(models.Model):
+    """One question answered by one strategy over one pool."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        PLANNING = "planning"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="runs")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="runs")
+    strategy = models.CharField(max_length=20, default="conductor")
+    strategy_options = models.JSONField(default=dict, blank=True)
+    input = models.TextField()
+    reference = models.TextField(blank=True)
+    grader = models.CharField(max_length=20, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    answer = models.TextField(blank=True)
+    score = models.FloatField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    cost = models.FloatField(default=0.0)
+    model_calls = models.PositiveIntegerField(default=0)
+    wall_time = models.FloatField(null=True, blank=True)
+    step_count = models.PositiveIntegerField(default=0)
+    last_seq = models.PositiveBigIntegerField(default=0)
+    replay_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays"
+    )
+    edits = models.JSONField(default=list, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        related_name="runs",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["project", "-created_at", "-id"], name="run_project_recent"),
+            models.Index(fields=["project", "status", "-created_at"], name="run_status_recent"),
+            models.Index(fields=["project", "pool", "-created_at"], name="run_pool_recent"),
+            models.Index(fields=["project", "strategy", "-created_at"], name="run_strategy_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Run {self.pk}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+
+class Plan(models.Model):
+    """How the workflow of one round came to be: the conductor's calls, raw output, parse errors."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="plans")
+    round = models.PositiveSmallIntegerField()
+    strategy = models.CharField(max_length=20)
+    messages = models.JSONField(default=list, blank=True)
+    attempts = models.JSONField(
+        default=list, blank=True, help_text="[{raw, error, tokens_in, tokens_out, cost, latency}]"
+    )
+    workflow = models.JSONField(
+        null=True, blank=True, help_text="[{worker, instruction, access}]; [] accepts."
+    )
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "round"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "round"], name="plan_unique_round")
+        ]
+
+
+class Step(models.Model):
+    """One step of a run: its instruction, worker, what it read, and exactly what was sent back."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    plan = models.ForeignKey(Plan, null=True, blank=True, on_delete=models.CASCADE, related_name="steps")
+    round = models.PositiveSmallIntegerField()
+    index = models.PositiveSmallIntegerField()
+    instruction = models.TextField()
+    worker = models.ForeignKey(
+        Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="steps"
+    )
+    worker_index = models.PositiveSmallIntegerField()
+    worker_name = models.CharField(max_length=100)
+    model = models.CharField(max_length=200)
+    access = models.JSONField(default=list, blank=True, help_text='As given: "all" or indices.')
+    reads = models.JSONField(default=list, blank=True, help_text="Resolved to step ids.")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    messages = models.JSONField(default=list, blank=True)
+    response = models.TextField(blank=True)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+    cost = models.FloatField(default=0.0)
+    latency = models.FloatField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True)
+    reused_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reused_by"
+    )
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "round", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "round", "index"], name="step_unique_position")
+        ]
+        indexes = [models.Index(fields=["worker_name", "run"], name="step_worker_run")]
+
+    def __str__(self) -> str:
+        return f"Step {self.round}.{self.index} of run {self.run_id}"
+
+
+class RunEvent(models.Model):
+    """Every live event of a run, kept so a reconnecting page gets exactly what it missed."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveBigIntegerField()
+    type = models.CharField(max_length=20)
+    data = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="event_unique_seq")]
