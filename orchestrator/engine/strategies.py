@@ -1,0 +1,164 @@
+"""Strategies by name: the conductor, and the fixed baselines it is compared with.
+
+The baselines (single worker, self-reflection, Mixture-of-Agents) are ordinary workflows run by
+the same scheduler, so every strategy is measured on equal terms. Their instructions use the plain
+words solve / review / verify / combine, so a simulated worker can tell the roles apart, and each
+asks for a final "Answer: ..." line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Final
+
+from orchestrator.engine.conductor import PromptedConductor
+from orchestrator.engine.types import (
+    ALL,
+    ModelClient,
+    PlanRecord,
+    RunSettings,
+    StepSpec,
+    Strategy,
+    WorkerInfo,
+    Workflow,
+)
+
+STRATEGIES: Final = ("conductor", "single", "reflection", "moa")
+"""Every name build_strategy accepts."""
+
+ANSWER_LINE = 'End with a final line of the form "Answer: ...".'
+
+SOLVE = "Solve the question. Work through it step by step. " + ANSWER_LINE
+REFLECT = (
+    "Review the previous answer to the question and verify it: check every step for errors, "
+    "fix any you find, and give an improved final answer. " + ANSWER_LINE
+)
+PROPOSE = "Solve the question on your own, step by step. " + ANSWER_LINE
+AGGREGATE = (
+    "Combine the candidate answers above into one best answer: compare them, keep what is "
+    "right, discard what is wrong, and give the single best final answer. " + ANSWER_LINE
+)
+
+
+class FixedStrategy:
+    """A Strategy that runs one fixed workflow in round 0 and then stops.
+
+    ``build`` receives the pool, so defaults that depend on its size (MoA's proposers) are
+    resolved when the run starts. Worker indices are checked against the pool by the scheduler.
+    """
+
+    def __init__(self, name: str, build: Callable[[Sequence[WorkerInfo]], Workflow]) -> None:
+        self.name = name
+        self.build = build
+
+    async def plan(
+        self,
+        *,
+        round: int,
+        question: str,
+        workers: Sequence[WorkerInfo],
+        settings: RunSettings,
+        previous_answer: str | None,
+    ) -> PlanRecord | None:
+        if round > 0:
+            return None
+        return PlanRecord(round=0, strategy=self.name, workflow=self.build(workers))
+
+
+def build_strategy(
+    name: str, *, conductor: ModelClient | None = None, options: Mapping | None = None
+) -> Strategy:
+    """The Strategy called ``name``, configured by ``options``.
+
+    - ``conductor``: the PromptedConductor over the ``conductor`` client; no options.
+    - ``single``: ``worker`` (default 0) answers alone.
+    - ``reflection``: ``worker`` (default 0) solves, then reviews its previous answer
+      ``rounds`` times (default 3), each step reading only the one before.
+    - ``moa``: ``proposers`` (default every worker but the aggregator) answer independently,
+      then ``aggregator`` (default 0) combines all their answers.
+
+    Raises ValueError naming an unknown strategy, an unknown option or a bad option value.
+    """
+    options = dict(options or {})
+    if name == "conductor":
+        _reject_unknown(name, options, allowed=())
+        if conductor is None:
+            raise ValueError('strategy "conductor" needs a conductor model client')
+        return PromptedConductor(conductor)
+    if name == "single":
+        _reject_unknown(name, options, allowed=("worker",))
+        worker = _index(name, options, "worker", default=0)
+        workflow = Workflow((StepSpec(worker, SOLVE, ()),))
+        return FixedStrategy(name, lambda workers: workflow)
+    if name == "reflection":
+        _reject_unknown(name, options, allowed=("worker", "rounds"))
+        worker = _index(name, options, "worker", default=0)
+        rounds = _index(name, options, "rounds", default=3, minimum=1)
+        steps = [StepSpec(worker, SOLVE, ())]
+        steps += [StepSpec(worker, REFLECT, (index,)) for index in range(rounds)]
+        workflow = Workflow(tuple(steps))
+        return FixedStrategy(name, lambda workers: workflow)
+    if name == "moa":
+        _reject_unknown(name, options, allowed=("proposers", "aggregator"))
+        aggregator = _index(name, options, "aggregator", default=0)
+        proposers = _indices(name, options, "proposers")
+
+        def build(workers: Sequence[WorkerInfo]) -> Workflow:
+            chosen = proposers
+            if chosen is None:
+                # A pool of one has no other worker: the aggregator also proposes.
+                chosen = [i for i in range(len(workers)) if i != aggregator] or [aggregator]
+            steps = [StepSpec(worker, PROPOSE, ()) for worker in chosen]
+            steps.append(StepSpec(aggregator, AGGREGATE, ALL))
+            return Workflow(tuple(steps))
+
+        return FixedStrategy(name, build)
+    known = ", ".join(STRATEGIES)
+    raise ValueError(f'unknown strategy "{name}" (known: {known})')
+
+
+def _reject_unknown(name: str, options: Mapping, *, allowed: tuple[str, ...]) -> None:
+    unknown = sorted(str(key) for key in options if key not in allowed)
+    if unknown:
+        takes = ", ".join(allowed) if allowed else "no options"
+        raise ValueError(
+            f'strategy "{name}" has no option {", ".join(unknown)} (it takes {takes})'
+        )
+
+
+def _as_int(value: object) -> int | None:
+    """An int from an int or a string of digits (forms send strings); None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _index(name: str, options: Mapping, key: str, *, default: int, minimum: int = 0) -> int:
+    value = options.get(key, default)
+    number = _as_int(value)
+    if number is None or number < minimum:
+        raise ValueError(
+            f'strategy "{name}": option {key} must be an integer of at least {minimum}, '
+            f"not {value!r}"
+        )
+    return number
+
+
+def _indices(name: str, options: Mapping, key: str) -> list[int] | None:
+    if key not in options or options[key] is None:
+        return None
+    value = options[key]
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise ValueError(f'strategy "{name}": option {key} must be a list of worker indices')
+    numbers = [_as_int(item) for item in items]
+    if not numbers or any(number is None or number < 0 for number in numbers):
+        raise ValueError(
+            f'strategy "{name}": option {key} must be a non-empty list of worker indices, '
+            f"not {value!r}"
+        )
+    return numbers  # type: ignore[return-value]
