@@ -121,9 +121,7 @@ def _reject_unknown(name: str, options: Mapping, *, allowed: tuple[str, ...]) ->
     unknown = sorted(str(key) for key in options if key not in allowed)
     if unknown:
         takes = ", ".join(allowed) if allowed else "no options"
-        raise ValueError(
-            f'strategy "{name}" has no option {", ".join(unknown)} (it takes {takes})'
-        )
+        raise ValueError(f'strategy "{name}" has no option {", ".join(unknown)} (it takes {takes})')
 
 
 def _as_int(value: object) -> int | None:

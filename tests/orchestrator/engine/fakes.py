@@ -80,7 +80,9 @@ class FakeClient:
         return [call.prompt for call in self.calls]
 
     async def complete(self, messages: Sequence[Message], *, timeout: float) -> Completion:
-        call = FakeCall(messages=[dict(message) for message in messages], started=time.perf_counter())
+        call = FakeCall(
+            messages=[dict(message) for message in messages], started=time.perf_counter()
+        )
         self.calls.append(call)
         self.timeouts.append(timeout)
         try:

@@ -38,7 +38,12 @@ async def test_a_good_first_reply_becomes_the_workflow():
     )
     assert len(record.attempts) == 1
     attempt = record.attempts[0]
-    assert (attempt.raw, attempt.error, attempt.tokens_in, attempt.tokens_out) == (GOOD, "", 300, 40)
+    assert (attempt.raw, attempt.error, attempt.tokens_in, attempt.tokens_out) == (
+        GOOD,
+        "",
+        300,
+        40,
+    )
     assert (attempt.cost, attempt.latency) == (0.01, 0.7)
     expected = prompts.conductor_messages(
         question=QUESTION, workers=workers, settings=RunSettings(), round=0, previous_answer=None

@@ -66,9 +66,7 @@ async def test_a_step_starts_only_after_every_step_it_reads_has_finished():
 
 async def test_independent_steps_run_at_the_same_time():
     client = FakeClient(echo_instruction, delay=0.1)
-    plan = workflow(
-        (0, "task-a", []), (1, "task-b", []), (2, "task-c", []), (0, "task-d", "all")
-    )
+    plan = workflow((0, "task-a", []), (1, "task-b", []), (2, "task-c", []), (0, "task-d", "all"))
     started = time.perf_counter()
     result = await run(ScriptedStrategy([plan]), make_workers(3, client=client))
     elapsed = time.perf_counter() - started
@@ -92,7 +90,9 @@ async def test_a_step_reading_all_waits_for_every_earlier_step():
 
 async def test_the_answer_is_the_last_steps_response():
     plan = workflow((0, "task-a", []), (1, "task-b", []), (2, "task-c", [0]))
-    result = await run(ScriptedStrategy([plan]), make_workers(3, client=FakeClient(echo_instruction)))
+    result = await run(
+        ScriptedStrategy([plan]), make_workers(3, client=FakeClient(echo_instruction))
+    )
 
     assert result.answer == "done task-c"
     assert [step.status for step in result.steps] == ["succeeded"] * 3
@@ -103,9 +103,7 @@ async def test_the_answer_is_the_last_steps_response():
 
 async def test_later_rounds_see_the_previous_answer_and_the_last_round_answers():
     client = FakeClient(echo_instruction)
-    strategy = ScriptedStrategy(
-        [workflow((0, "task-first", [])), workflow((1, "task-second", []))]
-    )
+    strategy = ScriptedStrategy([workflow((0, "task-first", [])), workflow((1, "task-second", []))])
     result = await run(strategy, make_workers(2, client=client), settings=RunSettings(max_rounds=5))
 
     assert strategy.previous_answers == [None, "done task-first", "done task-second"]
@@ -115,8 +113,14 @@ async def test_later_rounds_see_the_previous_answer_and_the_last_round_answers()
 
 
 async def test_an_accepting_workflow_keeps_the_previous_answer():
-    strategy = ScriptedStrategy([workflow((0, "task-first", [])), Workflow(()), workflow((0, "task-x", []))])
-    result = await run(strategy, make_workers(1, client=FakeClient(echo_instruction)), settings=RunSettings(max_rounds=3))
+    strategy = ScriptedStrategy(
+        [workflow((0, "task-first", [])), Workflow(()), workflow((0, "task-x", []))]
+    )
+    result = await run(
+        strategy,
+        make_workers(1, client=FakeClient(echo_instruction)),
+        settings=RunSettings(max_rounds=3),
+    )
 
     assert result.status == "succeeded"
     assert result.answer == "done task-first"
@@ -133,7 +137,11 @@ async def test_accepting_in_the_first_round_fails_the_run():
 
 async def test_rounds_stop_at_max_rounds():
     strategy = ScriptedStrategy([workflow((0, f"task-{n}", [])) for n in range(6)])
-    result = await run(strategy, make_workers(1, client=FakeClient(echo_instruction)), settings=RunSettings(max_rounds=3))
+    result = await run(
+        strategy,
+        make_workers(1, client=FakeClient(echo_instruction)),
+        settings=RunSettings(max_rounds=3),
+    )
 
     assert len(strategy.previous_answers) == 3
     assert result.answer == "done task-2"
@@ -161,8 +169,10 @@ async def test_retryable_errors_are_retried_with_exponential_backoff():
     sleep = RecordingSleep()
     settings = RunSettings(max_attempts=3, backoff=0.5)
     result = await run(
-        ScriptedStrategy([workflow((0, "task-a", []))]), make_workers(1, client=client),
-        settings=settings, sleep=sleep,
+        ScriptedStrategy([workflow((0, "task-a", []))]),
+        make_workers(1, client=client),
+        settings=settings,
+        sleep=sleep,
     )
 
     assert result.status == "succeeded"
@@ -180,8 +190,11 @@ async def test_a_step_that_keeps_failing_fails_the_run_with_its_reason():
     observer = RecordingObserver()
     plan = workflow((0, "task-a", []), (0, "task-b", [0]))
     result = await run(
-        ScriptedStrategy([plan]), make_workers(1, client=client), observer=observer,
-        settings=RunSettings(max_attempts=4, backoff=0.1), sleep=sleep,
+        ScriptedStrategy([plan]),
+        make_workers(1, client=client),
+        observer=observer,
+        settings=RunSettings(max_attempts=4, backoff=0.1),
+        sleep=sleep,
     )
 
     assert result.status == "failed"
@@ -190,7 +203,13 @@ async def test_a_step_that_keeps_failing_fails_the_run_with_its_reason():
     assert sleep.delays == pytest.approx([0.1, 0.2, 0.4])
     assert client.call_count == 4
     assert [step.status for step in result.steps] == ["failed", "pending"]
-    assert observer.names() == ["planning", "plan_created", "step_started", "step_failed", "run_finished"]
+    assert observer.names() == [
+        "planning",
+        "plan_created",
+        "step_started",
+        "step_failed",
+        "run_finished",
+    ]
 
 
 async def test_a_non_retryable_error_fails_at_once_and_running_steps_still_finish():
@@ -212,8 +231,10 @@ async def test_a_slow_model_times_out_as_a_retryable_error():
     client = FakeClient(delay=5.0)
     started = time.perf_counter()
     result = await run(
-        ScriptedStrategy([workflow((0, "task-a", []))]), make_workers(1, client=client),
-        settings=RunSettings(step_timeout=0.05, max_attempts=2), sleep=RecordingSleep(),
+        ScriptedStrategy([workflow((0, "task-a", []))]),
+        make_workers(1, client=client),
+        settings=RunSettings(step_timeout=0.05, max_attempts=2),
+        sleep=RecordingSleep(),
     )
 
     assert time.perf_counter() - started < 1.0
@@ -227,7 +248,8 @@ async def test_the_token_budget_stops_new_steps_and_names_the_amount():
     client = FakeClient(echo_instruction, tokens_in=10, tokens_out=5)  # 15 tokens a call
     plan = workflow((0, "task-a", []), (0, "task-b", [0]), (0, "task-c", [1]))
     result = await run(
-        ScriptedStrategy([plan]), make_workers(1, client=client),
+        ScriptedStrategy([plan]),
+        make_workers(1, client=client),
         settings=RunSettings(token_budget=20),
     )
 
@@ -241,7 +263,8 @@ async def test_the_cost_budget_stops_new_steps():
     client = FakeClient(echo_instruction, cost=0.02)
     plan = workflow((0, "task-a", []), (0, "task-b", [0]))
     result = await run(
-        ScriptedStrategy([plan]), make_workers(1, client=client),
+        ScriptedStrategy([plan]),
+        make_workers(1, client=client),
         settings=RunSettings(cost_budget=0.01),
     )
 
@@ -259,12 +282,16 @@ class CostlyPlanner:
         if round > 0:
             return None
         attempt = PlanAttempt(raw="...", tokens_in=900, tokens_out=200, cost=0.5)
-        return PlanRecord(round=0, strategy=self.name, attempts=[attempt], workflow=workflow((0, "task-a", [])))
+        return PlanRecord(
+            round=0, strategy=self.name, attempts=[attempt], workflow=workflow((0, "task-a", []))
+        )
 
 
 async def test_the_conductors_usage_counts_toward_totals_and_budget():
     client = FakeClient()
-    result = await run(CostlyPlanner(), make_workers(1, client=client), settings=RunSettings(token_budget=1000))
+    result = await run(
+        CostlyPlanner(), make_workers(1, client=client), settings=RunSettings(token_budget=1000)
+    )
 
     assert result.status == "failed"
     assert result.error == "token budget exhausted: 1100 of 1000 tokens used"
@@ -280,7 +307,9 @@ async def test_the_conductors_usage_counts_toward_totals_and_budget():
 async def test_the_budget_is_checked_before_asking_the_strategy_again():
     client = FakeClient(echo_instruction, tokens_in=50, tokens_out=0)
     strategy = ScriptedStrategy([workflow((0, "task-a", [])), workflow((0, "task-b", []))])
-    result = await run(strategy, make_workers(1, client=client), settings=RunSettings(token_budget=50))
+    result = await run(
+        strategy, make_workers(1, client=client), settings=RunSettings(token_budget=50)
+    )
 
     assert result.status == "failed"
     assert "token budget" in result.error
@@ -288,7 +317,9 @@ async def test_the_budget_is_checked_before_asking_the_strategy_again():
 
 
 async def test_resume_does_not_call_finished_steps_again_and_gives_the_same_answer():
-    plan = workflow((0, "task-a", []), (1, "task-b", [0]), (0, "task-c", [0, 1]), (1, "task-d", "all"))
+    plan = workflow(
+        (0, "task-a", []), (1, "task-b", [0]), (0, "task-c", [0, 1]), (1, "task-d", "all")
+    )
     first_client = FakeClient(echo_instruction)
     first = await run(ScriptedStrategy([plan]), make_workers(2, client=first_client))
     assert first.status == "succeeded"
@@ -302,10 +333,20 @@ async def test_resume_does_not_call_finished_steps_again_and_gives_the_same_answ
 
     assert second.status == "succeeded"
     assert second.answer == first.answer == "done task-d"
-    assert sorted(echo_instruction(call.messages) for call in client.calls) == ["done task-c", "done task-d"]
-    assert "done task-b" in str(call_for(client, "task-c").messages)  # resumed responses feed later steps
+    assert sorted(echo_instruction(call.messages) for call in client.calls) == [
+        "done task-c",
+        "done task-d",
+    ]
+    assert "done task-b" in str(
+        call_for(client, "task-c").messages
+    )  # resumed responses feed later steps
     assert observer.names() == [
-        "step_started", "step_finished", "step_started", "step_finished", "planning", "run_finished",
+        "step_started",
+        "step_finished",
+        "step_started",
+        "step_finished",
+        "planning",
+        "run_finished",
     ]
     assert strategy.previous_answers == [first.answer]  # only asked about round 1
     assert second.totals.tokens_in == first.totals.tokens_in
@@ -316,7 +357,12 @@ async def test_resume_runs_again_a_step_that_had_failed():
     plan = workflow((0, "task-a", []), (0, "task-b", [0]))
     first = await run(
         ScriptedStrategy([plan]),
-        make_workers(1, client=FakeClient(echo_instruction, fail_first=1, error=ModelError("boom", retryable=False))),
+        make_workers(
+            1,
+            client=FakeClient(
+                echo_instruction, fail_first=1, error=ModelError("boom", retryable=False)
+            ),
+        ),
     )
     assert first.status == "failed"
 
@@ -347,7 +393,11 @@ async def test_a_bug_propagates_and_cancels_the_other_steps():
     workers = make_workers(clients=[buggy, buggy])
     workers[1] = WorkerInfo(name="slow", model="fake/slow", description="", client=Slow())
     with pytest.raises(ZeroDivisionError):
-        await run(ScriptedStrategy([workflow((1, "task-a", []), (0, "task-b", []))]), workers, observer=observer)
+        await run(
+            ScriptedStrategy([workflow((1, "task-a", []), (0, "task-b", []))]),
+            workers,
+            observer=observer,
+        )
 
     assert cancelled.is_set()
     assert "run_finished" not in observer.names()
@@ -357,7 +407,10 @@ async def test_a_bug_propagates_and_cancels_the_other_steps():
 async def test_cancelling_the_run_cancels_its_steps():
     client = FakeClient(delay=5.0)
     task = asyncio.create_task(
-        run(ScriptedStrategy([workflow((0, "task-a", []), (0, "task-b", []))]), make_workers(1, client=client))
+        run(
+            ScriptedStrategy([workflow((0, "task-a", []), (0, "task-b", []))]),
+            make_workers(1, client=client),
+        )
     )
     await asyncio.sleep(0.05)
     assert client.call_count == 2
@@ -369,18 +422,27 @@ async def test_cancelling_the_run_cancels_its_steps():
 
 async def test_observer_callbacks_come_in_order_and_run_finished_once():
     observer = RecordingObserver()
-    strategy = ScriptedStrategy([workflow((0, "task-a", []), (0, "task-b", [0])), workflow((0, "task-c", []))])
+    strategy = ScriptedStrategy(
+        [workflow((0, "task-a", []), (0, "task-b", [0])), workflow((0, "task-c", []))]
+    )
     result = await run(
-        strategy, make_workers(1, client=FakeClient(echo_instruction)), observer=observer,
+        strategy,
+        make_workers(1, client=FakeClient(echo_instruction)),
+        observer=observer,
         settings=RunSettings(max_rounds=2),
     )
 
     assert observer.events == [
-        ("planning", 0), ("plan_created", 0),
-        ("step_started", "0.0"), ("step_finished", "0.0"),
-        ("step_started", "0.1"), ("step_finished", "0.1"),
-        ("planning", 1), ("plan_created", 1),
-        ("step_started", "1.0"), ("step_finished", "1.0"),
+        ("planning", 0),
+        ("plan_created", 0),
+        ("step_started", "0.0"),
+        ("step_finished", "0.0"),
+        ("step_started", "0.1"),
+        ("step_finished", "0.1"),
+        ("planning", 1),
+        ("plan_created", 1),
+        ("step_started", "1.0"),
+        ("step_finished", "1.0"),
         ("run_finished", "succeeded"),
     ]
     assert observer.results == [result]
@@ -389,14 +451,22 @@ async def test_observer_callbacks_come_in_order_and_run_finished_once():
 
 
 async def test_each_step_records_what_was_sent_and_what_came_back():
-    client = FakeClient([Completion("Answer: 7", tokens_in=12, tokens_out=3, cost=0.25, latency=1.5)])
+    client = FakeClient(
+        [Completion("Answer: 7", tokens_in=12, tokens_out=3, cost=0.25, latency=1.5)]
+    )
     workers = make_workers(1, client=client)
     result = await run(ScriptedStrategy([workflow((0, "task-a", []))]), workers)
 
     step = result.steps[0]
     assert step.messages == client.calls[0].messages
     assert QUESTION in str(step.messages) and "task-a" in step.messages[-1]["content"]
-    assert (step.response, step.tokens_in, step.tokens_out, step.cost, step.latency) == ("Answer: 7", 12, 3, 0.25, 1.5)
+    assert (step.response, step.tokens_in, step.tokens_out, step.cost, step.latency) == (
+        "Answer: 7",
+        12,
+        3,
+        0.25,
+        1.5,
+    )
     assert (step.worker_name, step.model, step.attempts, step.error) == ("w0", "fake/model", 1, "")
 
 
@@ -405,7 +475,8 @@ async def test_a_wide_workflow_of_thousands_of_steps_runs_quickly():
     client = FakeClient(echo_instruction)
     started = time.perf_counter()
     result = await run(
-        ScriptedStrategy([workflow(*steps)]), make_workers(1, client=client),
+        ScriptedStrategy([workflow(*steps)]),
+        make_workers(1, client=client),
         settings=RunSettings(max_steps=3000),
     )
 
@@ -417,8 +488,10 @@ async def test_a_wide_workflow_of_thousands_of_steps_runs_quickly():
 async def test_call_with_retries_reports_each_failed_attempt():
     failures = []
     outcome = await call_with_retries(
-        FakeClient(["ok"], fail_first=1), [{"role": "user", "content": "hi"}],
-        settings=RunSettings(), sleep=RecordingSleep(),
+        FakeClient(["ok"], fail_first=1),
+        [{"role": "user", "content": "hi"}],
+        settings=RunSettings(),
+        sleep=RecordingSleep(),
         on_failed_attempt=lambda error, seconds: failures.append(error),
     )
 

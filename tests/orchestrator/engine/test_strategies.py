@@ -49,7 +49,10 @@ async def test_fixed_strategies_stop_after_the_first_round():
     for name in ("single", "reflection", "moa"):
         strategy = build_strategy(name)
         second = await strategy.plan(
-            round=1, question=QUESTION, workers=make_workers(3), settings=RunSettings(),
+            round=1,
+            question=QUESTION,
+            workers=make_workers(3),
+            settings=RunSettings(),
             previous_answer="Answer: 1",
         )
         assert second is None
@@ -120,7 +123,8 @@ def test_unknown_names_and_bad_options_are_rejected_by_name(name, options, named
 
 async def test_a_worker_outside_the_pool_fails_the_run_with_a_clear_error():
     result = await execute_run(
-        question=QUESTION, strategy=build_strategy("single", options={"worker": 3}),
+        question=QUESTION,
+        strategy=build_strategy("single", options={"worker": 3}),
         workers=make_workers(2),
     )
     assert result.status == "failed"
@@ -140,11 +144,19 @@ def reply_by_role(messages):
 async def test_baselines_run_on_the_scheduler_end_to_end():
     workers = make_workers(3, client=FakeClient(reply_by_role))
 
-    single = await execute_run(question=QUESTION, strategy=build_strategy("single"), workers=workers)
-    assert (single.status, single.answer, single.totals.model_calls) == ("succeeded", "solved. Answer: 41", 1)
+    single = await execute_run(
+        question=QUESTION, strategy=build_strategy("single"), workers=workers
+    )
+    assert (single.status, single.answer, single.totals.model_calls) == (
+        "succeeded",
+        "solved. Answer: 41",
+        1,
+    )
 
     reflection = await execute_run(
-        question=QUESTION, strategy=build_strategy("reflection", options={"rounds": 2}), workers=workers
+        question=QUESTION,
+        strategy=build_strategy("reflection", options={"rounds": 2}),
+        workers=workers,
     )
     assert reflection.status == "succeeded"
     assert reflection.answer.startswith("reviewed") and reflection.totals.model_calls == 3
