@@ -174,6 +174,8 @@ class _Run:
             if self.error:
                 break
             answer = previous_answer = records[-1].response
+        if not self.error and previous_answer is None:
+            self.error = "the strategy wrote no workflow to run"
         self.totals.wall_time = time.perf_counter() - started
         return RunResult(
             status="failed" if self.error else "succeeded",

@@ -135,6 +135,13 @@ async def test_accepting_in_the_first_round_fails_the_run():
     assert "no answer yet" in result.error
 
 
+async def test_a_strategy_with_nothing_to_run_fails_the_run():
+    result = await run(ScriptedStrategy([]), make_workers(1))
+
+    assert result.status == "failed"
+    assert result.error == "the strategy wrote no workflow to run"
+
+
 async def test_rounds_stop_at_max_rounds():
     strategy = ScriptedStrategy([workflow((0, f"task-{n}", [])) for n in range(6)])
     result = await run(
