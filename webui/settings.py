@@ -121,13 +121,33 @@ if CONDUCTOR_EXECUTION == "celery" and not REDIS_URL:
 # The address pages link to (the CLI prints run URLs with it).
 CONDUCTOR_BASE_URL = os.environ.get("CONDUCTOR_BASE_URL", "http://127.0.0.1:8000")
 
+# Celery: a run is one long task, acknowledged only when it returns (a dead worker's run is
+# delivered again and resumed), and a worker process reserves one run at a time.
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# Deployments (and test runs) sharing one Redis keep their runs apart with their own queue.
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CONDUCTOR_CELERY_QUEUE", "celery")
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Seconds a delivered, unacknowledged run may take before Redis hands it to another worker
+# (how soon a dead worker's run resumes). Longer runs get a second delivery, which the per-run
+# lease below turns away while the first worker is alive.
+CONDUCTOR_VISIBILITY_TIMEOUT = int(os.environ.get("CONDUCTOR_VISIBILITY_TIMEOUT", "3600"))
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CONDUCTOR_VISIBILITY_TIMEOUT,
+    # Look for abandoned deliveries about ten times per timeout (kombu's default: every 100 s).
+    "unacked_restore_interval": max(1, min(60, CONDUCTOR_VISIBILITY_TIMEOUT // 10)),
+    "unacked_restore_throttle": 1,
+}
+# Seconds a worker's claim on a run outlives the worker (renewed every third of it while alive).
+CONDUCTOR_RUN_LEASE_SECONDS = float(os.environ.get("CONDUCTOR_RUN_LEASE_SECONDS", "60"))
+if CONDUCTOR_RUN_LEASE_SECONDS >= CONDUCTOR_VISIBILITY_TIMEOUT:
+    raise ImproperlyConfigured(
+        "CONDUCTOR_RUN_LEASE_SECONDS must be shorter than CONDUCTOR_VISIBILITY_TIMEOUT."
+    )
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
