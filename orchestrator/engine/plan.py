@@ -45,7 +45,7 @@ from typing import Any, Final
 
 from orchestrator.engine.types import ALL, Access, AccessMode, StepSpec, Workflow
 
-__all__ = ["WorkflowError", "parse_workflow", "format_workflow", "LIST_NAMES"]
+__all__ = ["LIST_NAMES", "WorkflowError", "format_workflow", "parse_workflow"]
 
 LIST_NAMES: Final = ("model_id", "subtasks", "access_list")
 MAX_NESTING: Final = 16
@@ -74,31 +74,45 @@ _SPACE = re.compile(r"(?:\s++|#[^\n]*+)*+")
 _NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")
 # The common case, a plain integer then ',' or ']', in one match.
 _INTEGER_ITEM = re.compile(
-    r"[ \t\r\n]*+(-?[0-9]{1,%d})(?![0-9.eE])[ \t\r\n]*+([,\]])" % MAX_NUMBER_CHARS
+    rf"[ \t\r\n]*+(-?[0-9]{{1,{MAX_NUMBER_CHARS}}})(?![0-9.eE])[ \t\r\n]*+([,\]])"
 )
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _KEYWORDS: Final[dict[str, Any]] = {
-    "True": True, "true": True, "False": False, "false": False, "None": None, "null": None,
+    "True": True,
+    "true": True,
+    "False": False,
+    "false": False,
+    "None": None,
+    "null": None,
 }
 # "Unrolled loop" string bodies with possessive quantifiers: a missing closing quote fails after
 # one pass, without backtracking.
 _STRING = {
-    '"': re.compile(r'"([^"\\]*+(?:\\.[^"\\]*+)*+)"', re.S),
-    "'": re.compile(r"'([^'\\]*+(?:\\.[^'\\]*+)*+)'", re.S),
+    '"': re.compile(r'"([^"\\]*+(?:\\.[^"\\]*+)*+)"', re.DOTALL),
+    "'": re.compile(r"'([^'\\]*+(?:\\.[^'\\]*+)*+)'", re.DOTALL),
 }
 _TRIPLE_STRING = {
-    '"': re.compile(r'"""([^"\\]*+(?:(?:\\.|"(?!""))[^"\\]*+)*+)"""', re.S),
-    "'": re.compile(r"'''([^'\\]*+(?:(?:\\.|'(?!''))[^'\\]*+)*+)'''", re.S),
+    '"': re.compile(r'"""([^"\\]*+(?:(?:\\.|"(?!""))[^"\\]*+)*+)"""', re.DOTALL),
+    "'": re.compile(r"'''([^'\\]*+(?:(?:\\.|'(?!''))[^'\\]*+)*+)'''", re.DOTALL),
 }
 _ESCAPE = re.compile(
     r"\\(?:u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})"  # surrogate pair
     r"|(\r?\n)"  # line continuation
     r"|x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|([0-7]{1,3})|(.))",
-    re.S,
+    re.DOTALL,
 )
 _SIMPLE_ESCAPES: Final = {
-    "n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", "v": "\v", "a": "\a",
-    "\\": "\\", "'": "'", '"': '"', "/": "/",
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+    "a": "\a",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "/": "/",
 }
 
 
@@ -153,7 +167,7 @@ def _decode_escape(match: re.Match[str]) -> str:
 class _Reader:
     """A literal reader over ``text`` starting at ``pos``. Never evaluates anything."""
 
-    __slots__ = ("text", "pos")
+    __slots__ = ("pos", "text")
 
     def __init__(self, text: str, pos: int):
         self.text = text
@@ -305,8 +319,11 @@ class _Assignment:
                 f"{self.name} has more than {max_steps} {_entries(max_steps)}: "
                 f"a workflow has at most {max_steps} steps"
             )
+        line = text.count("\n", 0, self.start) + 1
         where = _line_column(text, self.error.pos)
-        return f"could not read the {self.name} list: {self.error.problem} (at {where})"
+        return (
+            f"could not read the {self.name} list on line {line}: {self.error.problem} (at {where})"
+        )
 
 
 def _is_word_char(char: str) -> bool:
