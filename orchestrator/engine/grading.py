@@ -1,0 +1,305 @@
+"""Checking answers against reference answers: extraction, normalisation and the graders.
+
+Pure Python. Every grader returns 1.0 (correct) or 0.0 (not), and never raises on what a model
+wrote: a malformed answer is simply wrong. Nothing a model wrote is ever passed to ``eval``; the
+arithmetic of countdown answers goes through the small parser below, and code answers run in a
+separate, isolated Python process with a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+import unicodedata
+from collections import Counter
+from fractions import Fraction
+from typing import Literal, TypeAlias
+
+GraderKind: TypeAlias = Literal["exact", "numeric", "choice", "countdown", "code"]
+GRADER_KINDS: tuple[GraderKind, ...] = ("exact", "numeric", "choice", "countdown", "code")
+
+CODE_TIMEOUT_SECONDS = 10.0
+MAX_EXPRESSION_LENGTH = 300
+
+_ANSWER_LINE = re.compile(r"^[\s>*_#-]*answer[\s*_]*:[\s*_]*(.*?)[\s*_]*$", re.IGNORECASE)
+_FENCED_BLOCK = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+
+
+def extract_answer(text: str, *, kind: str | None = None) -> str:
+    """The part of a response that is graded.
+
+    Code answers (``kind="code"``) are the last fenced code block. Otherwise the last line that
+    starts with "Answer:"; failing that, the last fenced block when the kind is unknown; failing
+    that, the whole stripped text.
+    """
+    if kind == "code":
+        return last_code_block(text) or text.strip()
+    for line in reversed(text.splitlines()):
+        match = _ANSWER_LINE.match(line)
+        if match and match.group(1).strip():
+            return match.group(1).strip()
+    if kind is None:
+        block = last_code_block(text)
+        if block:
+            return block
+    return text.strip()
+
+
+def last_code_block(text: str) -> str:
+    """The contents of the last fenced (```) block in ``text``, or "" when there is none."""
+    blocks = _FENCED_BLOCK.findall(text)
+    return blocks[-1][1].strip("\n") if blocks else ""
+
+
+def grade(answer: str, reference: str, kind: str) -> float:
+    """1.0 if ``answer`` is correct against ``reference`` under grader ``kind``, else 0.0.
+
+    ``reference`` means, per kind: exact, the expected text (alternatives separated by "|");
+    numeric, a number; choice, a letter; countdown, one valid solution expression (its numbers
+    and value define the puzzle); code, Python test code that raises if the answer is wrong.
+    """
+    graders = {
+        "exact": _grade_exact,
+        "numeric": _grade_numeric,
+        "choice": _grade_choice,
+        "countdown": _grade_countdown,
+        "code": _grade_code,
+    }
+    if kind not in graders:
+        raise ValueError(f"unknown grader kind {kind!r}; expected one of {', '.join(GRADER_KINDS)}")
+    return 1.0 if graders[kind](answer, reference) else 0.0
+
+
+# exact -------------------------------------------------------------------------------------------
+
+
+def normalise_text(text: str) -> str:
+    """Case, accents, surrounding punctuation, a leading article and extra spaces removed."""
+    decomposed = unicodedata.normalize("NFKD", text)
+    plain = "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold()
+    plain = re.sub(r"\s+", " ", plain).strip(" \t\n.,;:!?\"'`*()[]")
+    return re.sub(r"^(the|a|an) ", "", plain)
+
+
+def _grade_exact(answer: str, reference: str) -> bool:
+    given = normalise_text(answer)
+    return any(given == normalise_text(option) for option in reference.split("|"))
+
+
+# numeric -----------------------------------------------------------------------------------------
+
+
+def parse_number(text: str) -> Fraction | None:
+    """The last number written in ``text`` ("$1,234.50", "3/4", "-2"), or None."""
+    matches = _NUMBER.findall(text.replace("\u2212", "-"))
+    if not matches:
+        return None
+    raw = matches[-1].replace(",", "")
+    try:
+        if "/" in raw:
+            numerator, denominator = raw.split("/")
+            return Fraction(Fraction(numerator), Fraction(denominator))
+        return Fraction(raw)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def _grade_numeric(answer: str, reference: str) -> bool:
+    given, expected = parse_number(answer), parse_number(reference)
+    if given is None or expected is None:
+        return False
+    tolerance = max(Fraction(1, 10**6), abs(expected) * Fraction(1, 10**4))
+    return abs(given - expected) <= tolerance
+
+
+# choice ------------------------------------------------------------------------------------------
+
+_CHOICE_PATTERNS = (
+    re.compile(r"^\(?([A-Ha-h])\)?(?:[.):\s]|$)"),
+    re.compile(r"\b(?:option|choice|answer)\s*(?:is\s*)?\(?([A-Ha-h])\)?(?:[.):\s]|$)", re.I),
+)
+
+
+def parse_choice(text: str) -> str | None:
+    """The option letter chosen in ``text`` ("B", "(b)", "B) Paris", "option C"), or None."""
+    stripped = text.strip().strip("*_ ")
+    for pattern in _CHOICE_PATTERNS:
+        match = pattern.search(stripped)
+        if match:
+            return match.group(1).upper()
+    return None
+
+
+def _grade_choice(answer: str, reference: str) -> bool:
+    given = parse_choice(answer)
+    return given is not None and given == reference.strip().upper()
+
+
+# countdown ---------------------------------------------------------------------------------------
+
+
+class ExpressionError(ValueError):
+    """An arithmetic expression that cannot be read or evaluated."""
+
+
+_TOKEN = re.compile(r"\s*(?:(\d+(?:\.\d+)?)|(.))")
+_OPERATOR_ALIASES = str.maketrans({"×": "*", "x": "*", "X": "*", "·": "*", "÷": "/", "−": "-"})
+
+
+def _tokenize(expression: str) -> list[str | Fraction]:
+    if len(expression) > MAX_EXPRESSION_LENGTH:
+        raise ExpressionError("expression too long")
+    tokens: list[str | Fraction] = []
+    for number, symbol in _TOKEN.findall(expression.translate(_OPERATOR_ALIASES)):
+        if number:
+            tokens.append(Fraction(number))
+        elif symbol in "+-*/()":
+            tokens.append(symbol)
+        elif not symbol.isspace():
+            raise ExpressionError(f"unexpected character {symbol!r}")
+    return tokens
+
+
+class _ExpressionParser:
+    """Recursive descent over + - * / and parentheses, exact with fractions.
+
+    Grammar: expr := term (("+"|"-") term)*; term := factor (("*"|"/") factor)*;
+    factor := NUMBER | "(" expr ")" | "-" factor (only when unary minus is allowed).
+    """
+
+    def __init__(self, tokens: list[str | Fraction], *, allow_unary_minus: bool):
+        self.tokens = tokens
+        self.position = 0
+        self.numbers: list[Fraction] = []
+        self.allow_unary_minus = allow_unary_minus
+        self.depth = 0
+
+    def parse(self) -> Fraction:
+        if not self.tokens:
+            raise ExpressionError("empty expression")
+        value = self._expr()
+        if self.position != len(self.tokens):
+            raise ExpressionError(f"unexpected {self.tokens[self.position]!r}")
+        return value
+
+    def _peek(self) -> str | Fraction | None:
+        return self.tokens[self.position] if self.position < len(self.tokens) else None
+
+    def _expr(self) -> Fraction:
+        value = self._term()
+        while self._peek() in ("+", "-"):
+            operator = self.tokens[self.position]
+            self.position += 1
+            right = self._term()
+            value = value + right if operator == "+" else value - right
+        return value
+
+    def _term(self) -> Fraction:
+        value = self._factor()
+        while self._peek() in ("*", "/"):
+            operator = self.tokens[self.position]
+            self.position += 1
+            right = self._factor()
+            if operator == "*":
+                value = value * right
+            elif right == 0:
+                raise ExpressionError("division by zero")
+            else:
+                value = value / right
+        return value
+
+    def _factor(self) -> Fraction:
+        token = self._peek()
+        self.position += 1
+        if isinstance(token, Fraction):
+            self.numbers.append(token)
+            return token
+        if token == "(":
+            self.depth += 1
+            if self.depth > 50:
+                raise ExpressionError("too deeply nested")
+            value = self._expr()
+            if self._peek() != ")":
+                raise ExpressionError("missing closing parenthesis")
+            self.position += 1
+            self.depth -= 1
+            return value
+        if token == "-" and self.allow_unary_minus:
+            return -self._factor()
+        raise ExpressionError("expected a number or '('" if token is None else f"unexpected {token!r}")
+
+
+def evaluate_expression(
+    expression: str, *, allow_unary_minus: bool = True
+) -> tuple[Fraction, list[Fraction]]:
+    """The exact value of an arithmetic expression and the numbers it uses, in order.
+
+    Raises ExpressionError for anything but numbers, + - * / and parentheses.
+    """
+    parser = _ExpressionParser(_tokenize(expression), allow_unary_minus=allow_unary_minus)
+    return parser.parse(), parser.numbers
+
+
+def _expression_part(answer: str) -> str:
+    """"(25 - 5) * 3 = 60" -> "(25 - 5) * 3": the side of an equation that holds the work."""
+    sides = [side for side in answer.split("=") if side.strip()]
+    if not sides:
+        return ""
+    return max(sides, key=lambda side: sum(ch in "+-*/×÷x" for ch in side))
+
+
+def _grade_countdown(answer: str, reference: str) -> bool:
+    try:
+        target, allowed = evaluate_expression(_expression_part(reference), allow_unary_minus=False)
+        value, used = evaluate_expression(_expression_part(answer), allow_unary_minus=False)
+    except ExpressionError:
+        return False
+    return value == target and Counter(used) == Counter(allowed)
+
+
+# code --------------------------------------------------------------------------------------------
+
+_CODE_RUNNER = """
+import resource, socket, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+def _no_network(*args, **kwargs):
+    raise OSError("network access is disabled while grading")
+
+socket.socket = _no_network
+socket.create_connection = _no_network
+nonce = sys.argv[1]
+solution = open("solution.py", encoding="utf-8").read()
+tests = open("tests.py", encoding="utf-8").read()
+namespace = {"__name__": "solution"}
+exec(compile(solution, "solution.py", "exec"), namespace)
+exec(compile(tests, "tests.py", "exec"), namespace)
+print(nonce)
+"""
+
+
+def _grade_code(answer: str, reference: str) -> bool:
+    code = last_code_block(answer) or answer
+    nonce = secrets.token_hex(8)
+    with tempfile.TemporaryDirectory(prefix="grade-") as directory:
+        for name, content in (("solution.py", code), ("tests.py", reference)):
+            with open(os.path.join(directory, name), "w", encoding="utf-8") as handle:
+                handle.write(content)
+        try:
+            completed = subprocess.run(
+                [sys.executable, "-I", "-c", _CODE_RUNNER, nonce],
+                cwd=directory,
+                env={"PATH": os.environ.get("PATH", ""), "PYTHONHASHSEED": "0"},
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=CODE_TIMEOUT_SECONDS,
+            )
+        except subprocess.TimeoutExpired:
+            return False
+    return completed.returncode == 0 and completed.stdout.strip().endswith(nonce)
