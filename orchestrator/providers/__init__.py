@@ -1,0 +1,49 @@
+"""Worker clients behind the engine's ModelClient protocol: litellm and the offline simulator.
+
+Importing this package never imports litellm (it takes seconds); the litellm client imports it
+on its first call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from orchestrator.engine.types import ModelClient
+
+SIMULATED_PREFIX = "sim/"
+
+
+def is_simulated(model: str) -> bool:
+    """Whether ``model`` names the offline simulator (``sim/...``)."""
+    return model.startswith(SIMULATED_PREFIX)
+
+
+def make_client(
+    model: str,
+    *,
+    api_base: str = "",
+    api_key_env: str = "",
+    params: Mapping[str, Any] | None = None,
+    price_in: float = 0.0,
+    price_out: float = 0.0,
+) -> ModelClient:
+    """The client for one worker (or conductor). Prices are per million tokens.
+
+    ``sim/...`` models get the simulator; anything else goes through litellm, with the API key
+    read at call time from the environment variable named ``api_key_env``.
+    """
+    if is_simulated(model):
+        from orchestrator.providers.simulator import make_simulated_client
+
+        return make_simulated_client(model, params=params, price_in=price_in, price_out=price_out)
+    from orchestrator.providers.litellm_client import LiteLLMClient
+
+    return LiteLLMClient(
+        model=model,
+        api_base=api_base,
+        api_key_env=api_key_env,
+        params=dict(params or {}),
+        price_in=price_in,
+        price_out=price_out,
+    )

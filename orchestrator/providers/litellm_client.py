@@ -1,0 +1,153 @@
+"""The litellm client: any model litellm speaks to, or any OpenAI-compatible server.
+
+The only module that imports litellm, and only inside the first call (the import takes seconds),
+with the bundled price table so nothing is fetched from the internet. The API key is read from
+the environment variable *named* by the worker at every call; it is never stored on the client
+and never appears in an error message. litellm's own retries are off: the scheduler retries.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.engine.types import Completion, Message, ModelError
+
+RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+MAX_ERROR_LENGTH = 300
+# OpenAI-compatible servers that need no key (a local vLLM or Ollama) still get a non-empty one,
+# because the OpenAI SDK refuses to send a request without.
+NO_KEY_PLACEHOLDER = "no-key"
+_KEY_LIKE = re.compile(r"\b(sk|pk|rk|key|api)[-_][A-Za-z0-9_\-]{8,}\b", re.IGNORECASE)
+
+_litellm: Any = None
+
+
+def _load_litellm() -> Any:
+    """Import litellm once, configured to stay offline and quiet and not to retry."""
+    global _litellm
+    if _litellm is None:
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm
+
+        litellm.telemetry = False
+        litellm.suppress_debug_info = True
+        litellm.num_retries = 0
+        litellm.set_verbose = False
+        _litellm = litellm
+    return _litellm
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with the secret, and anything that looks like a key, masked; shortened."""
+    if secret:
+        text = text.replace(secret, "***")
+    text = _KEY_LIKE.sub("***", text)
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 3] + "..."
+
+
+@dataclass(slots=True)
+class LiteLLMClient:
+    """A ``ModelClient`` over ``litellm.acompletion``. Prices are per million tokens; when both
+    are zero the cost is litellm's own estimate (0 when it does not know the model)."""
+
+    model: str
+    api_base: str = ""
+    api_key_env: str = ""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    price_in: float = 0.0
+    price_out: float = 0.0
+
+    def _api_key(self) -> str | None:
+        if not self.api_key_env:
+            return NO_KEY_PLACEHOLDER if self.api_base else None
+        key = os.environ.get(self.api_key_env, "")
+        if not key:
+            raise ModelError(
+                f"the environment variable {self.api_key_env} that should hold the API key "
+                "for this worker is not set",
+                retryable=False,
+            )
+        return key
+
+    async def complete(self, messages: Sequence[Message], *, timeout: float) -> Completion:
+        litellm = _load_litellm()
+        api_key = self._api_key()
+        arguments: dict[str, Any] = {
+            **dict(self.params),
+            "model": self.model,
+            "messages": [dict(m) for m in messages],
+            "timeout": timeout,
+            "num_retries": 0,
+            "max_retries": 0,
+        }
+        if self.api_base:
+            arguments["api_base"] = self.api_base
+        if api_key is not None:
+            arguments["api_key"] = api_key
+        started = time.perf_counter()
+        try:
+            response = await litellm.acompletion(**arguments)
+        except Exception as error:
+            model_error = _as_model_error(litellm, error, self.model, api_key)
+            if model_error is None:
+                raise
+            raise model_error from None
+        latency = time.perf_counter() - started
+        return self._completion(litellm, response, latency, api_key)
+
+    def _completion(self, litellm: Any, response: Any, latency: float, api_key: str | None) -> Completion:
+        try:
+            text = response.choices[0].message.content
+        except (AttributeError, IndexError, TypeError):
+            text = None
+        if not isinstance(text, str) or not text.strip():
+            raise ModelError(f"{self.model} returned an empty reply", retryable=True)
+        usage = getattr(response, "usage", None)
+        tokens_in = int(getattr(usage, "prompt_tokens", 0) or 0)
+        tokens_out = int(getattr(usage, "completion_tokens", 0) or 0)
+        if self.price_in or self.price_out:
+            cost = (tokens_in * self.price_in + tokens_out * self.price_out) / 1_000_000
+        else:
+            try:
+                cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+            except Exception:  # litellm raises for models missing from its price table
+                cost = 0.0
+        return Completion(text, tokens_in, tokens_out, cost, latency)
+
+
+def _as_model_error(litellm: Any, error: Exception, model: str, api_key: str | None) -> ModelError | None:
+    """The ModelError for a provider failure, or None when ``error`` is not one (a bug)."""
+    exceptions = litellm.exceptions
+    status = getattr(error, "status_code", None)
+    status = status if isinstance(status, int) else None
+    detail = redact(str(error), api_key)
+    if isinstance(error, exceptions.Timeout):
+        return ModelError(f"{model} timed out: {detail}", retryable=True, status=status)
+    if isinstance(error, exceptions.RateLimitError):
+        return ModelError(f"{model} is rate limited (429): {detail}", retryable=True, status=429)
+    if isinstance(error, exceptions.APIConnectionError) and status in (None, 500):
+        return ModelError(f"cannot reach {model}: {detail}", retryable=True, status=None)
+    if isinstance(error, exceptions.AuthenticationError):
+        return ModelError(f"{model} rejected the API key (401): {detail}", retryable=False, status=401)
+    if isinstance(error, exceptions.PermissionDeniedError):
+        return ModelError(f"{model} denied access (403): {detail}", retryable=False, status=403)
+    if isinstance(error, exceptions.NotFoundError):
+        return ModelError(f"{model} was not found (404): {detail}", retryable=False, status=404)
+    if isinstance(error, exceptions.BadRequestError):
+        return ModelError(f"{model} rejected the request (400): {detail}", retryable=False, status=400)
+    known = tuple(
+        getattr(exceptions, name)
+        for name in ("APIError", "OpenAIError", "InternalServerError", "ServiceUnavailableError")
+        if isinstance(getattr(exceptions, name, None), type)
+    )
+    if isinstance(error, known) or status is not None:
+        retryable = status is None or status in RETRYABLE_STATUSES or status >= 500
+        shown = f" ({status})" if status else ""
+        return ModelError(f"{model} failed{shown}: {detail}", retryable=retryable, status=status)
+    return None
