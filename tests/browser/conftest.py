@@ -1,0 +1,99 @@
+"""Browser-test fixtures: a real server in a subprocess, headless Chromium, a logged-in page.
+
+Every test here drives Debian's Chromium through Playwright. Without the browser or the package
+they are skipped with the reason, unless CONDUCTOR_REQUIRE_BROWSER=1 (CI), which makes that a
+failure. The server runs on its own SQLite file, not the pytest-django test database: reach its
+data through the API (``make_run``) or ``live_server.manage(...)`` / ``live_server.shell(...)``.
+
+Fixtures: ``live_server`` (url, db_path, manage(), shell(), restart()), ``live_server_url``,
+``admin_credentials``, ``browser``, ``browser_page`` (logged in as admin), ``make_run``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.browser.server import (
+    CHROMIUM_ARGS,
+    CHROMIUM_PATH,
+    LiveServer,
+    RunMaker,
+    browser_missing_reason,
+    log_in,
+    start_live_server,
+)
+
+BROWSER_DIR = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    # Every test in this directory is a browser test, so `-m "not browser"` leaves them out.
+    for item in items:
+        if BROWSER_DIR in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _browser_available():
+    reason = browser_missing_reason()
+    if reason is None:
+        return
+    if os.environ.get("CONDUCTOR_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"CONDUCTOR_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
+    pytest.skip(f"browser tests skipped: {reason}")
+
+
+@pytest.fixture(scope="session")
+def live_server(tmp_path_factory, _browser_available) -> LiveServer:
+    """A migrated, seeded Daphne server with inline execution, stopped at the end of the session.
+
+    This replaces pytest-django's ``live_server`` in this directory: it is a separate process, so
+    websockets and inline runs behave as in ``make demo``.
+    """
+    server = start_live_server(tmp_path_factory.mktemp("live-server"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def live_server_url(live_server: LiveServer) -> str:
+    return live_server.url
+
+
+@pytest.fixture(scope="session")
+def admin_credentials(live_server: LiveServer) -> tuple[str, str]:
+    return live_server.admin_username, live_server.admin_password
+
+
+@pytest.fixture(scope="session")
+def browser(_browser_available):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM_PATH, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def browser_page(browser, live_server: LiveServer, live_server_url):
+    """A page in a fresh browser context, logged in as the demo admin through the login form."""
+    context = browser.new_context(base_url=live_server_url, viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    log_in(page, live_server)
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def make_run(browser_page, live_server: LiveServer) -> RunMaker:
+    """``make_run(input, strategy="conductor", pool=None) -> run id``, created through the API.
+
+    ``pool=None`` means the simulated demo pool. ``make_run.wait(run_id)`` polls until it ends.
+    """
+    return RunMaker(browser_page, live_server)

@@ -1,0 +1,230 @@
+"""The runs list and run page through Django's test client: access, filters, paging, query count."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.template import TemplateDoesNotExist
+from django.template.loader import get_template
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from orchestrator.models import Membership, Pool, Project, Run, Step, Worker
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def project():
+    return Project.objects.create(name="Team", slug="team")
+
+
+@pytest.fixture
+def user(project):
+    member = get_user_model().objects.create_user("ada", password="pw-for-tests")
+    Membership.objects.create(project=project, user=member, role=Membership.Role.REVIEWER)
+    return member
+
+
+@pytest.fixture
+def pool(project):
+    pool = Pool.objects.create(project=project, name="Offline demo (simulated)")
+    Worker.objects.create(pool=pool, name="sim-math", model="sim/math", description="Arithmetic.")
+    return pool
+
+
+@pytest.fixture
+def client_in(client, user):
+    client.force_login(user)
+    return client
+
+
+def make_run(pool, *, user=None, minutes_ago=0, **fields) -> Run:
+    fields.setdefault("input", "What is 2 + 2?")
+    run = Run.objects.create(project=pool.project, pool=pool, created_by=user, **fields)
+    if minutes_ago:
+        Run.objects.filter(pk=run.pk).update(
+            created_at=timezone.now() - dt.timedelta(minutes=minutes_ago)
+        )
+    return run
+
+
+def shown_run_ids(response) -> list[int]:
+    """The run ids of the table rows, in page order (what the user sees)."""
+    return [int(i) for i in re.findall(r'data-run-id="(\d+)"', response.content.decode())]
+
+
+def test_pages_require_login(client, pool):
+    run = make_run(pool)
+    for url in ("/", f"/runs/{run.pk}/"):
+        response = client.get(url)
+        assert response.status_code == 302
+        assert response["Location"].startswith("/accounts/login/?next=")
+
+
+def test_login_page_renders(client):
+    response = client.get("/accounts/login/")
+    assert response.status_code == 200
+    assert b'name="username"' in response.content and b'name="password"' in response.content
+
+
+def test_list_shows_runs_newest_first_with_their_columns(client_in, pool, user):
+    old = make_run(pool, user=user, minutes_ago=10, input="Old question\nsecond line")
+    new = make_run(
+        pool,
+        user=user,
+        input="Newest question",
+        answer="Four\nbecause 2 + 2 = 4",
+        status=Run.Status.SUCCEEDED,
+        score=1.0,
+        step_count=3,
+        tokens_in=100,
+        tokens_out=23,
+        cost=0.0125,
+        wall_time=2.5,
+    )
+    response = client_in.get("/")
+    assert response.status_code == 200
+    assert shown_run_ids(response) == [new.pk, old.pk]
+    html = response.content.decode()
+    assert "Old question" in html and "second line" not in html
+    assert "Four" in html and "because 2 + 2" not in html
+    assert "123" in html  # tokens in + out
+    assert "$0.0125" in html and "2.5 s" in html and "1.00" in html
+    assert "ada" in html
+    assert "Simulated pool" in html  # the simulator is labelled wherever its pool shows
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("status=failed", {"failed"}),
+        ("strategy=single", {"single"}),
+        ("q=PARIS", {"paris"}),
+        ("score_min=0.9", {"scored"}),
+        ("score_max=0.4&score_min=0.1", {"half"}),
+        ("worker=sim-math", {"worked"}),
+        ("status=failed&q=nothing-matches", set()),
+    ],
+)
+def test_filters_narrow_the_list(client_in, pool, user, query, expected):
+    runs = {
+        "failed": make_run(pool, status=Run.Status.FAILED, input="Broken"),
+        "single": make_run(pool, strategy="single", input="Solo"),
+        "paris": make_run(pool, input="Capital?", answer="Paris is the capital"),
+        "scored": make_run(pool, input="Good", score=1.0),
+        "half": make_run(pool, input="Half", score=0.25),
+        "worked": make_run(pool, input="Used a worker"),
+    }
+    Step.objects.create(
+        run=runs["worked"],
+        round=0,
+        index=0,
+        instruction="Add",
+        worker_index=0,
+        worker_name="sim-math",
+        model="sim/math",
+    )
+    response = client_in.get(f"/?{query}")
+    assert response.status_code == 200
+    assert set(shown_run_ids(response)) == {runs[name].pk for name in expected}
+
+
+def test_pool_and_date_filters(client_in, pool, project, user):
+    other_pool = Pool.objects.create(
+        project=project, name="Real models", conductor_model="openai/x"
+    )
+    in_other = make_run(other_pool, input="Other pool")
+    last_week = make_run(pool, input="Last week", minutes_ago=7 * 24 * 60)
+    today = make_run(pool, input="Today")
+
+    assert shown_run_ids(client_in.get(f"/?pool={other_pool.pk}")) == [in_other.pk]
+    today_text = timezone.localdate().isoformat()
+    assert set(shown_run_ids(client_in.get(f"/?created_after={today_text}"))) == {
+        in_other.pk,
+        today.pk,
+    }
+    week_ago = (timezone.localdate() - dt.timedelta(days=7)).isoformat()
+    assert shown_run_ids(client_in.get(f"/?created_before={week_ago}")) == [last_week.pk]
+
+
+def test_failed_quick_filter_link_keeps_other_filters(client_in, pool):
+    make_run(pool)
+    html = client_in.get("/?strategy=single&page=2").content.decode()
+    link = re.search(r'<a href="([^"]*)" id="quick-failed"', html).group(1).replace("&amp;", "&")
+    assert "status=failed" in link and "strategy=single" in link and "page=" not in link
+
+
+def test_invalid_filter_is_reported_and_ignored(client_in, pool):
+    run = make_run(pool)
+    response = client_in.get("/?score_min=lots")
+    assert response.status_code == 200
+    assert shown_run_ids(response) == [run.pk]
+    assert "score_min" in response.content.decode()
+
+
+def test_pages_follow_the_filter(client_in, pool):
+    failed = [
+        make_run(pool, status=Run.Status.FAILED, input=f"failed {i}", minutes_ago=i)
+        for i in range(55)
+    ]
+    make_run(pool, status=Run.Status.SUCCEEDED, input="fine")
+
+    first = client_in.get("/?status=failed")
+    assert shown_run_ids(first) == [r.pk for r in failed[:50]]
+    next_link = re.search(r'href="([^"]*)" rel="next"', first.content.decode()).group(1)
+    next_link = next_link.replace("&amp;", "&")
+    assert "status=failed" in next_link and "page=2" in next_link
+
+    second = client_in.get("/" + next_link if next_link.startswith("?") else next_link)
+    assert shown_run_ids(second) == [r.pk for r in failed[50:]]
+    assert 'rel="next"' not in second.content.decode()
+    assert 'rel="prev"' in second.content.decode()
+
+
+def test_other_projects_stay_hidden(client_in, pool, user):
+    mine = make_run(pool, input="Mine")
+    stranger_project = Project.objects.create(name="Elsewhere", slug="elsewhere")
+    stranger_pool = Pool.objects.create(project=stranger_project, name="Their pool")
+    theirs = make_run(stranger_pool, input="Theirs")
+
+    response = client_in.get("/")
+    assert shown_run_ids(response) == [mine.pk]
+    assert "Their pool" not in response.content.decode()
+    assert client_in.get(f"/runs/{theirs.pk}/").status_code == 404
+    assert client_in.get("/runs/999999/").status_code == 404
+
+
+def test_list_costs_the_same_queries_for_5_or_50_runs(client_in, pool, user):
+    def count_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            response = client_in.get("/")
+        assert response.status_code == 200
+        return len(queries)
+
+    for i in range(5):
+        make_run(pool, user=user, input=f"q{i}", answer="a")
+    with_5 = count_queries()
+    for i in range(45):
+        make_run(pool, user=user, input=f"q{i + 5}", answer="a")
+    with_50 = count_queries()
+    assert with_50 == with_5
+    assert with_5 <= 10
+
+
+def test_run_page_renders_the_snapshot(client_in, pool):
+    run = make_run(pool, input="Shown on its page")
+    try:
+        get_template("runs/detail.html")
+    except TemplateDoesNotExist:
+        pytest.skip("templates/runs/detail.html does not exist yet")
+    response = client_in.get(f"/runs/{run.pk}/")
+    assert response.status_code == 200
+    assert "runs/detail.html" in [t.name for t in response.templates]
+    assert response.context["ws_path"] == f"/ws/runs/{run.pk}/"
+    assert response.context["snapshot"]["run"]["id"] == run.pk
+    assert "Shown on its page" in response.content.decode()
