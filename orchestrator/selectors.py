@@ -1,0 +1,199 @@
+"""Reads: runs, steps and pools as a user may see them.
+
+Every selector that takes a user restricts to the projects the user is a member of (superusers
+see everything). List selectors return lazy querysets ordered newest first, with what list pages
+show already joined, so a page costs a constant number of queries however many runs exist.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+
+from orchestrator.events import plan_data, step_data
+from orchestrator.models import Membership, Plan, Pool, Project, Run, Step, Worker
+
+ROLES_THAT_RUN = (Membership.Role.ADMIN, Membership.Role.REVIEWER)
+
+# What a runs list shows of a run; the long fields (answer, input) are cut by the page.
+RUN_LIST_DEFERRED = ("strategy_options", "edits", "reference", "error")
+
+
+def user_project_ids(user: Any) -> QuerySet[Membership] | None:
+    """A subquery of the project ids ``user`` belongs to; None means every project (superuser)."""
+    if getattr(user, "is_superuser", False):
+        return None
+    return Membership.objects.filter(user_id=user.pk).values("project_id")
+
+
+def user_role(*, user: Any, project: Project | int) -> str | None:
+    """The user's role in a project ("admin", "reviewer", "viewer"), "admin" for superusers,
+    None for anyone else."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    if user.is_superuser:
+        return Membership.Role.ADMIN
+    project_id = project if isinstance(project, int) else project.pk
+    return (
+        Membership.objects.filter(user_id=user.pk, project_id=project_id)
+        .values_list("role", flat=True)
+        .first()
+    )
+
+
+def user_roles(*, user: Any) -> dict[int, str]:
+    """The user's role in each of their projects, by project id (superusers: admin everywhere)."""
+    if not getattr(user, "is_authenticated", False):
+        return {}
+    if user.is_superuser:
+        return {pk: Membership.Role.ADMIN for pk in Project.objects.values_list("pk", flat=True)}
+    return dict(Membership.objects.filter(user_id=user.pk).values_list("project_id", "role"))
+
+
+def user_can_run(*, user: Any, project: Project | int) -> bool:
+    """Whether a user may start and cancel runs in a project (admins and reviewers)."""
+    return user_role(user=user, project=project) in ROLES_THAT_RUN
+
+
+def user_can_view(*, user: Any, run: Run) -> bool:
+    """Whether a user may see a run: a member of its project, or a superuser."""
+    return user_role(user=user, project=run.project_id) is not None
+
+
+def _visible_runs(user: Any) -> QuerySet[Run]:
+    if not getattr(user, "is_authenticated", False):
+        return Run.objects.none()
+    projects = user_project_ids(user)
+    runs = Run.objects.all()
+    return runs if projects is None else runs.filter(project_id__in=projects)
+
+
+def run_list(
+    *,
+    user: Any,
+    status: str | None = None,
+    pool: Pool | int | None = None,
+    strategy: str | None = None,
+    worker: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    score_min: float | None = None,
+    score_max: float | None = None,
+    q: str | None = None,
+) -> QuerySet[Run]:
+    """The runs a user may see, newest first, filtered.
+
+    ``worker`` is a worker name used by any step of the run. ``q`` is free text over the input and
+    the final answer (case-insensitive substring). Dates bound ``created_at`` (inclusive).
+    The pool and the creator come joined; slicing the result is cheap on the list indexes.
+    """
+    runs = _visible_runs(user)
+    if status:
+        runs = runs.filter(status=status)
+    if pool:
+        runs = runs.filter(pool_id=pool if isinstance(pool, int) else pool.pk)
+    if strategy:
+        runs = runs.filter(strategy=strategy)
+    if worker:
+        runs = runs.filter(
+            Exists(Step.objects.filter(run_id=OuterRef("pk"), worker_name=worker))
+        )
+    if created_after is not None:
+        runs = runs.filter(created_at__gte=created_after)
+    if created_before is not None:
+        runs = runs.filter(created_at__lte=created_before)
+    if score_min is not None:
+        runs = runs.filter(score__gte=score_min)
+    if score_max is not None:
+        runs = runs.filter(score__lte=score_max)
+    if q:
+        runs = runs.filter(Q(input__icontains=q) | Q(answer__icontains=q))
+    return (
+        runs.select_related("pool", "created_by")
+        .only(
+            *(
+                f.name for f in Run._meta.concrete_fields
+                if f.name not in RUN_LIST_DEFERRED
+            ),
+            "pool__id", "pool__name", "pool__conductor_model",
+            "created_by__id", "created_by__username",
+        )
+        .order_by("-created_at", "-id")
+    )
+
+
+def run_get(*, user: Any, run_id: int) -> Run | None:
+    """One run the user may see, with its pool and creator; None if it is not there for them."""
+    return _visible_runs(user).select_related("pool", "created_by", "project").filter(pk=run_id).first()
+
+
+def run_detail(*, user: Any, run_id: int) -> Run | None:
+    """A run with its plans and steps prefetched (two more queries), or None."""
+    return (
+        _visible_runs(user)
+        .select_related("pool", "created_by", "project")
+        .prefetch_related(
+            Prefetch("plans", queryset=Plan.objects.order_by("round")),
+            Prefetch("steps", queryset=Step.objects.order_by("round", "index")),
+        )
+        .filter(pk=run_id)
+        .first()
+    )
+
+
+def step_get(*, user: Any, step_id: int) -> Step | None:
+    """One step, with its run, if the user may see the run; None otherwise."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    steps = Step.objects.select_related("run", "run__pool")
+    projects = user_project_ids(user)
+    if projects is not None:
+        steps = steps.filter(run__project_id__in=projects)
+    return steps.filter(pk=step_id).first()
+
+
+def pools_for(*, user: Any) -> QuerySet[Pool]:
+    """The pools of the user's projects, by name, with their enabled workers in order."""
+    if not getattr(user, "is_authenticated", False):
+        return Pool.objects.none()
+    projects = user_project_ids(user)
+    pools = Pool.objects.all() if projects is None else Pool.objects.filter(project_id__in=projects)
+    return (
+        pools.select_related("project")
+        .prefetch_related(
+            Prefetch(
+                "workers",
+                queryset=Worker.objects.filter(enabled=True).order_by("position", "id"),
+                to_attr="enabled_workers",
+            )
+        )
+        .order_by("name", "id")
+    )
+
+
+def pools_runnable_by(*, user: Any) -> QuerySet[Pool]:
+    """The pools a user may start runs on (admin or reviewer of their project)."""
+    if getattr(user, "is_superuser", False):
+        return pools_for(user=user)
+    return pools_for(user=user).filter(
+        project_id__in=Membership.objects.filter(user_id=user.pk, role__in=ROLES_THAT_RUN).values(
+            "project_id"
+        )
+    )
+
+
+def run_graph(*, run: Run, round: int | None = None) -> dict[str, Any]:
+    """The graph of a run (nodes, edges, groups with positions) as ``orchestrator.graph`` builds
+    it; ``round`` asks for one round expanded."""
+    from orchestrator.graph import build_graph
+
+    plans = [plan_data(plan) for plan in Plan.objects.filter(run_id=run.pk).order_by("round")]
+    steps = [
+        step_data(step)
+        for step in Step.objects.filter(run_id=run.pk)
+        .defer("messages", "response")
+        .order_by("round", "index")
+    ]
+    return build_graph(plans=plans, steps=steps, round=round)

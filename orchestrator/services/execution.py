@@ -1,0 +1,111 @@
+"""Where a run executes: inline on the server's own event loop, or on a Celery worker.
+
+Inline runs are asyncio tasks on the loop that serves the site (Daphne's), with database work
+through ``sync_to_async``. That is what makes live events work with the in-memory channel layer:
+events published from ``sync_to_async`` code reach the consumers on the same loop, while events
+published from a bare thread (with its own loop) never would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+
+from asgiref.sync import SyncToAsync
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+# Tasks hold only weak references on their loop: keep each running inline run here, by run id.
+_inline_runs: dict[int, asyncio.Task[None]] = {}
+_inline_runs_lock = threading.Lock()
+
+
+def run_enqueue(*, run_id: int) -> None:
+    """Start executing a committed run with the configured backend (call it on commit)."""
+    if settings.CONDUCTOR_EXECUTION == "celery":
+        from orchestrator.tasks import run_execute_task
+
+        run_execute_task.delay(run_id)
+        return
+    loop = _server_loop()
+    if loop is None:
+        # No server loop here (a shell, a WSGI server): run in a thread of its own. Live events
+        # then reach only consumers behind a cross-process channel layer (Redis).
+        logger.warning("run %s: no server event loop; executing it in a background thread", run_id)
+        threading.Thread(target=_execute_in_thread, args=(run_id,), daemon=True).start()
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        _start_task(run_id)
+    else:
+        loop.call_soon_threadsafe(_start_task, run_id)
+
+
+def run_stop_inline(*, run_id: int) -> None:
+    """Cancel a run's inline task if it runs in this process (other backends stop on their own:
+    the recording observer sees the cancelled status at its next callback)."""
+    with _inline_runs_lock:
+        task = _inline_runs.get(run_id)
+    if task is None or task.done():
+        return
+    task.get_loop().call_soon_threadsafe(task.cancel)
+
+
+def inline_task(run_id: int) -> asyncio.Task[None] | None:
+    """The inline task executing a run in this process, if any (tests and shutdown wait on it)."""
+    with _inline_runs_lock:
+        return _inline_runs.get(run_id)
+
+
+def _server_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop serving this process, seen from async code on it or from a sync view that
+    it runs through ``sync_to_async`` (where asgiref records the outer loop)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    local = SyncToAsync.threadlocal
+    if getattr(local, "main_event_loop_pid", None) != os.getpid():
+        return None
+    loop = getattr(local, "main_event_loop", None)
+    if loop is None or loop.is_closed() or not loop.is_running():
+        return None
+    return loop
+
+
+def _start_task(run_id: int) -> None:
+    from orchestrator.services.runs import run_execute_async
+
+    task = asyncio.get_running_loop().create_task(
+        run_execute_async(run_id=run_id), name=f"run-{run_id}"
+    )
+    with _inline_runs_lock:
+        _inline_runs[run_id] = task
+    task.add_done_callback(lambda done: _forget(run_id, done))
+
+
+def _forget(run_id: int, task: asyncio.Task[None]) -> None:
+    with _inline_runs_lock:
+        if _inline_runs.get(run_id) is task:
+            del _inline_runs[run_id]
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("run %s failed", run_id, exc_info=task.exception())
+
+
+def _execute_in_thread(run_id: int) -> None:
+    from django.db import connections
+
+    from orchestrator.services.runs import run_execute
+
+    try:
+        run_execute(run_id=run_id)
+    except Exception:
+        logger.exception("run %s failed", run_id)
+    finally:
+        connections.close_all()  # this thread's own connections only

@@ -1,0 +1,106 @@
+"""Conversions between the engine's records and what the database stores (plain JSON)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.engine.types import (
+    ALL,
+    Access,
+    PlanAttempt,
+    PlanRecord,
+    ResumeState,
+    StepRecord,
+    StepSpec,
+    Workflow,
+)
+from orchestrator.models import Plan, Step
+
+
+def access_to_data(access: Access) -> str | list[int]:
+    """``"all"`` or a list of earlier indices, as stored on a Step and in a Plan's workflow."""
+    return ALL if access == ALL else list(access)
+
+
+def access_from_data(data: Any) -> Access:
+    return ALL if data == ALL else tuple(int(index) for index in data)
+
+
+def workflow_to_data(workflow: Workflow | None) -> list[dict[str, Any]] | None:
+    if workflow is None:
+        return None
+    return [
+        {"worker": spec.worker, "instruction": spec.instruction, "access": access_to_data(spec.access)}
+        for spec in workflow.steps
+    ]
+
+
+def workflow_from_data(data: list[dict[str, Any]] | None) -> Workflow | None:
+    if data is None:
+        return None
+    return Workflow(
+        tuple(
+            StepSpec(int(item["worker"]), str(item["instruction"]), access_from_data(item["access"]))
+            for item in data
+        )
+    )
+
+
+def attempts_to_data(attempts: list[PlanAttempt]) -> list[dict[str, Any]]:
+    return [
+        {
+            "raw": attempt.raw,
+            "error": attempt.error,
+            "tokens_in": attempt.tokens_in,
+            "tokens_out": attempt.tokens_out,
+            "cost": attempt.cost,
+            "latency": attempt.latency,
+        }
+        for attempt in attempts
+    ]
+
+
+def plan_record_from_row(plan: Plan) -> PlanRecord:
+    return PlanRecord(
+        round=plan.round,
+        strategy=plan.strategy,
+        messages=list(plan.messages),
+        attempts=[PlanAttempt(**attempt) for attempt in plan.attempts],
+        workflow=workflow_from_data(plan.workflow),
+        error=plan.error,
+    )
+
+
+def resume_state_from_rows(plans: list[Plan], steps: list[Step]) -> ResumeState:
+    """What a re-executed run must not do again: its stored plans and its succeeded steps.
+
+    A step's spec is taken from its plan's workflow, so the scheduler recognises it as the same
+    step and reuses its response instead of calling the model.
+    """
+    plan_records = {plan.round: plan_record_from_row(plan) for plan in plans}
+    step_records: dict[tuple[int, int], StepRecord] = {}
+    for step in steps:
+        if step.status != Step.Status.SUCCEEDED:
+            continue
+        plan = plan_records.get(step.round)
+        if plan is None or plan.workflow is None or step.index >= len(plan.workflow.steps):
+            continue
+        spec = plan.workflow.steps[step.index]
+        step_records[(step.round, step.index)] = StepRecord(
+            round=step.round,
+            index=step.index,
+            spec=spec,
+            worker_name=step.worker_name,
+            model=step.model,
+            reads=plan.workflow.reads(step.index),
+            messages=list(step.messages),
+            status="succeeded",
+            response=step.response,
+            tokens_in=step.tokens_in,
+            tokens_out=step.tokens_out,
+            cost=step.cost,
+            latency=step.latency or 0.0,
+            attempts=step.attempts,
+            error=step.error,
+        )
+    return ResumeState(plans=plan_records, steps=step_records)

@@ -1,0 +1,65 @@
+"""Shared fixtures: a project with a simulated pool (no latency) and a user in each role."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.models import Membership, Pool, Project
+from orchestrator.providers.simulator import demo_pool
+from orchestrator.services.pools import pool_sync_from_data
+from tests.factories import make_member, make_project, make_user
+
+
+@pytest.fixture
+def project(db) -> Project:
+    return make_project(name="Team")
+
+
+@pytest.fixture
+def sim_pool(project) -> Pool:
+    """The offline demo pool (simulated conductor and workers) with every latency set to 0."""
+    pool, _ = pool_sync_from_data(project=project, data=demo_pool(latency=0))
+    return pool
+
+
+@pytest.fixture
+def project_admin(project):
+    return make_member(project=project, role=Membership.Role.ADMIN, username="ada-admin")
+
+
+@pytest.fixture
+def reviewer(project):
+    return make_member(project=project, role=Membership.Role.REVIEWER, username="rui-reviewer")
+
+
+@pytest.fixture
+def viewer(project):
+    return make_member(project=project, role=Membership.Role.VIEWER, username="vera-viewer")
+
+
+@pytest.fixture
+def outsider(db):
+    """A user of another project, who must see nothing of ``project``."""
+    other = make_project(name="Elsewhere")
+    return make_member(project=other, role=Membership.Role.ADMIN, username="otto-outsider")
+
+
+@pytest.fixture
+def superuser(db):
+    return make_user(username="root", is_superuser=True, is_staff=True)
+
+
+@pytest.fixture
+def sent_events(monkeypatch) -> list[dict]:
+    """Every live event sent to a channel group (that is, after its transaction committed)."""
+    from orchestrator import events
+
+    sent: list[dict] = []
+    original = events.send
+
+    def capture(event: dict) -> None:
+        sent.append(event)
+        original(event)
+
+    monkeypatch.setattr(events, "send", capture)
+    return sent
