@@ -98,7 +98,9 @@ def _sections(text: str) -> dict[str, str]:
         if line.strip() in _MARKERS:
             current = sections.setdefault(line.strip(), [])
         elif current is not None:
-            current.append(line)
+            # The prompt escapes question lines that would read as a marker with a backslash.
+            escaped = line.strip().startswith("\\") and line.strip()[1:] in _MARKERS
+            current.append(line.replace("\\", "", 1) if escaped else line)
     return {marker: "\n".join(lines).strip("\n") for marker, lines in sections.items()}
 
 
