@@ -48,12 +48,12 @@ from orchestrator.engine.types import ALL, Access, AccessMode, StepSpec, Workflo
 __all__ = ["LIST_NAMES", "WorkflowError", "format_workflow", "parse_workflow"]
 
 LIST_NAMES: Final = ("model_id", "subtasks", "access_list")
-MAX_NESTING: Final = 16
+MAX_NESTING: Final = 8
 """Deepest bracket nesting the reader follows; a workflow needs 3 (the JSON form 4)."""
 MAX_NESTED_ITEMS: Final = 64
 """Most entries read in a nested list or object before giving up."""
 MAX_NUMBER_CHARS: Final = 40
-MAX_ASSIGNMENTS: Final = 64
+MAX_ASSIGNMENTS: Final = 32
 """Most list assignments read from one text; a real answer has a handful, garbage may have many."""
 
 

@@ -377,3 +377,13 @@ def test_garbage_of_10k_characters_is_rejected_quickly(garbage: str):
             parse(garbage)
     per_kb_ms = (time.perf_counter() - started) / 10 / (len(garbage) / 1000) * 1000
     assert per_kb_ms < 1.0  # well under in practice (see bench/parse.py); loose for busy machines
+
+
+def test_names_that_only_contain_a_list_name_are_not_assignments():
+    text = "my_model_id = [3]\nold_subtasks = ['x']\n" + format_workflow(CHAIN) + "\nsteps = [1]"
+    assert parse(text) == CHAIN
+
+
+def test_too_many_assignments_are_rejected():
+    message = rejection("model_id = [0]\n" * 40)
+    assert message.startswith("the text has more than 32 list assignments")
