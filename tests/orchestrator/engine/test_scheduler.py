@@ -73,8 +73,8 @@ async def test_independent_steps_run_at_the_same_time():
 
     independent = [call_for(client, tag) for tag in ("task-a", "task-b", "task-c")]
     assert max(call.started for call in independent) < min(call.finished for call in independent)
-    assert elapsed < 0.3  # two 0.1 s layers, not four steps in a row
-    assert result.totals.wall_time == pytest.approx(elapsed, abs=0.05)
+    assert elapsed < 0.35  # two 0.1 s layers, not four steps in a row (0.4 s)
+    assert 0.2 <= result.totals.wall_time <= elapsed
 
 
 async def test_a_step_reading_all_waits_for_every_earlier_step():
