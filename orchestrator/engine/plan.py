@@ -206,7 +206,7 @@ class _Reader:
                 raise _TooManySteps("", self.pos) if depth == 1 else self.fail(too_long)
             self.skip_space()
             if self.pos >= len(text):
-                raise self.fail("the list is not closed: the text ends before its ']'")
+                raise self.fail("the text ends before the list is closed")
             if text[self.pos] == ",":
                 self.pos += 1
             elif text[self.pos] != "]":
@@ -275,7 +275,7 @@ class _Reader:
         text = self.text
         self.skip_space()
         if self.pos >= len(text):
-            raise self.fail("the list is not closed: the text ends before its ']'")
+            raise self.fail("the text ends before the list is closed")
         char = text[self.pos]
         if char == "[":
             return self.read_list(

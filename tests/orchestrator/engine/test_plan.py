@@ -302,8 +302,8 @@ def test_a_broken_last_assignment_is_not_replaced_by_an_earlier_draft():
     text = format_workflow(CHAIN) + "\nFinal:\nmodel_id = [2, 0\n"
     message = rejection(text)
     assert message == (
-        "could not read the model_id list on line 5: the list is not closed: "
-        "the text ends before its ']' (at line 6, column 1)"
+        "could not read the model_id list on line 5: the text ends before the list is closed "
+        "(at line 6, column 1)"
     )
 
 
