@@ -9,6 +9,7 @@ published from a bare thread (with its own loop) never would.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import threading
@@ -41,10 +42,12 @@ def run_enqueue(*, run_id: int) -> None:
         running = asyncio.get_running_loop()
     except RuntimeError:
         running = None
+    # A fresh context: the run must not inherit the request's (asgiref marks the request's
+    # thread executor as busy in a context variable; inheriting that would deadlock).
     if running is loop:
-        _start_task(run_id)
+        contextvars.Context().run(_start_task, run_id)
     else:
-        loop.call_soon_threadsafe(_start_task, run_id)
+        loop.call_soon_threadsafe(_start_task, run_id, context=contextvars.Context())
 
 
 def run_stop_inline(*, run_id: int) -> None:

@@ -95,7 +95,7 @@ def _set_status(run_id: int, status: str) -> None:
     )
     if changed:
         Run.objects.filter(pk=run_id, started_at__isnull=True).update(started_at=timezone.now())
-        events.publish(run_id, events.RUN_STATUS, {"status": status})
+        events.publish(run_id, events.RUN_STATUS, {"status": str(status)})
 
 
 def _totals(run_id: int) -> dict[str, Any]:

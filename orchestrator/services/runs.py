@@ -106,7 +106,7 @@ def run_create(
             grader=grader if reference else "",
             created_by=created_by,
         )
-        events.publish(run.pk, events.RUN_STATUS, {"status": Run.Status.QUEUED})
+        events.publish(run.pk, events.RUN_STATUS, {"status": Run.Status.QUEUED.value})
         if enqueue:
             from orchestrator.services.execution import run_enqueue
 

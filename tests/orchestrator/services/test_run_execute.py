@@ -1,0 +1,197 @@
+"""run_execute on the simulator: what is stored, the events published, failures and resume."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.engine.grading import extract_answer
+from orchestrator.engine.types import ModelError
+from orchestrator.models import Plan, Run, RunEvent, Step
+from orchestrator.services.runs import run_create, run_execute
+from tests.orchestrator.services.conftest import SimulatedKill
+
+QUESTION = "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+
+
+@pytest.fixture
+def execute(django_capture_on_commit_callbacks):
+    """Execute a run as Celery or the CLI would, running on-commit work (event sends) after it."""
+
+    def execute_run(run: Run) -> Run:
+        with django_capture_on_commit_callbacks(execute=True):
+            run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        return run
+
+    return execute_run
+
+
+def new_run(pool, **kwargs) -> Run:
+    return run_create(pool=pool, input=QUESTION, enqueue=False, **kwargs)
+
+
+def stored_events(run: Run) -> list[dict]:
+    return list(RunEvent.objects.filter(run=run).order_by("seq").values_list("data", flat=True))
+
+
+def test_conductor_run_stores_every_step_with_messages_and_response(sim_pool, execute):
+    run = execute(new_run(sim_pool, reference="50"))
+
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    steps = list(Step.objects.filter(run=run).order_by("round", "index"))
+    assert steps, "the conductor wrote no step"
+    for step in steps:
+        assert step.status == Step.Status.SUCCEEDED
+        assert step.messages and step.messages[-1]["role"] == "user"
+        assert step.response
+        assert step.tokens_in > 0 and step.tokens_out > 0
+        assert step.attempts == 1
+        assert step.started_at and step.finished_at and step.started_at <= step.finished_at
+        assert step.worker is not None and step.worker.name == step.worker_name
+    assert QUESTION in steps[0].messages[-1]["content"] or any(
+        QUESTION in message["content"] for message in steps[0].messages
+    )
+    # The final answer is the last step's response, graded against the reference.
+    assert run.answer == steps[-1].response
+    assert run.score == (1.0 if extract_answer(run.answer, kind="numeric").strip() == "50" else 0.0)
+    assert run.finished_at and run.started_at and run.wall_time is not None
+
+
+def test_totals_count_the_conductor_and_every_step(sim_pool, execute):
+    run = execute(new_run(sim_pool))
+
+    plans = list(Plan.objects.filter(run=run))
+    steps = list(Step.objects.filter(run=run))
+    attempts = [attempt for plan in plans for attempt in plan.attempts]
+    assert attempts, "the simulated conductor's calls are recorded"
+    assert run.tokens_in == sum(s.tokens_in for s in steps) + sum(a["tokens_in"] for a in attempts)
+    assert run.tokens_out == sum(s.tokens_out for s in steps) + sum(a["tokens_out"] for a in attempts)
+    assert run.model_calls == len(steps) + len(attempts)
+    assert run.cost == pytest.approx(sum(s.cost for s in steps) + sum(a["cost"] for a in attempts))
+    assert run.step_count == len(steps)
+
+
+def test_reads_are_resolved_to_step_ids(sim_pool, execute):
+    run = execute(new_run(sim_pool, strategy="moa"))
+
+    steps = list(Step.objects.filter(run=run).order_by("index"))
+    *proposers, aggregator = steps
+    assert aggregator.access == "all"
+    assert aggregator.reads == [step.pk for step in proposers]
+    assert all(step.reads == [] and step.access == [] for step in proposers)
+    # The aggregator was sent every proposal.
+    sent = "\n".join(message["content"] for message in aggregator.messages)
+    assert all(step.response in sent for step in proposers)
+
+
+def test_events_tell_the_whole_run_in_order_without_gaps(
+    sim_pool, execute, sent_events, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        run = new_run(sim_pool, strategy="reflection", strategy_options={"rounds": 2})
+    run = execute(run)
+
+    events = stored_events(run)
+    assert [event["seq"] for event in events] == list(range(1, len(events) + 1))
+    assert run.last_seq == len(events)
+    assert sent_events == events  # every stored event was sent, once, after its commit
+    types = [event["type"] for event in events]
+    assert types == [
+        "run.status",  # queued
+        "run.status",  # planning
+        "plan.created",
+        "step.created", "step.created", "step.created",
+        "run.status",  # running
+        "step.started", "step.finished",
+        "step.started", "step.finished",
+        "step.started", "step.finished",
+        "run.status",  # planning: the strategy is asked for a next round (a fixed one has none)
+        "run.finished",
+    ]
+    statuses = [e["status"] for e in events if e["type"] == "run.status"]
+    assert statuses == ["queued", "planning", "running", "planning"]
+    step_ids = {step.pk for step in Step.objects.filter(run=run)}
+    for step_id in step_ids:
+        lifecycle = [e["type"] for e in events if e.get("step", {}).get("id") == step_id]
+        assert lifecycle == ["step.created", "step.started", "step.finished"]
+    finished = events[-1]
+    assert finished["status"] == "succeeded"
+    assert finished["answer"] == run.answer
+    assert finished["totals"]["tokens_in"] == run.tokens_in
+    last_step_event = [e for e in events if e["type"] == "step.finished"][-1]
+    assert last_step_event["totals"]["model_calls"] == 3
+
+
+def test_a_step_whose_model_fails_fails_the_run_cleanly(sim_pool, execute, call_log, monkeypatch):
+    async def refuse(messages, *, timeout):
+        raise ModelError("provider said 400", retryable=False)
+
+    from tests.orchestrator.services.conftest import CountingClient
+
+    monkeypatch.setattr(CountingClient, "complete", lambda self, messages, *, timeout: refuse(messages, timeout=timeout))
+    run = execute(new_run(sim_pool, strategy="single"))
+
+    assert run.status == Run.Status.FAILED
+    assert "provider said 400" in run.error
+    step = Step.objects.get(run=run)
+    assert step.status == Step.Status.FAILED
+    assert step.error == "provider said 400" and step.attempts == 1
+    types = [event["type"] for event in stored_events(run)]
+    assert types[-2:] == ["step.failed", "run.finished"]
+
+
+def test_a_bug_marks_the_run_failed_and_propagates(sim_pool, execute, monkeypatch):
+    from orchestrator import providers
+
+    def broken_make_client(model, **kwargs):
+        raise KeyError("no such setting")
+
+    monkeypatch.setattr(providers, "make_client", broken_make_client)
+    run = new_run(sim_pool, strategy="single")
+    with pytest.raises(KeyError):
+        execute(run)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    assert run.error == "KeyError: 'no such setting'"
+    assert stored_events(run)[-1]["type"] == "run.finished"
+
+
+def test_a_finished_run_is_not_executed_again(sim_pool, execute, call_log):
+    run = execute(new_run(sim_pool, strategy="single"))
+    calls, events = len(call_log.calls), run.last_seq
+
+    run = execute(run)
+
+    assert len(call_log.calls) == calls == 1
+    assert run.last_seq == events
+
+
+def test_a_killed_execution_resumes_without_calling_finished_steps_again(sim_pool, execute, call_log):
+    run = new_run(sim_pool, strategy="reflection", strategy_options={"rounds": 3})
+    call_log.kill_at_call = 3  # dies while sending the third step
+    with pytest.raises(SimulatedKill):
+        execute(run)
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING
+    done = {s.index: s for s in Step.objects.filter(run=run, status=Step.Status.SUCCEEDED)}
+    assert sorted(done) == [0, 1]
+    first_calls = list(call_log.calls)
+
+    call_log.kill_at_call = None
+    run = execute(run)
+
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    resumed_calls = call_log.calls[len(first_calls):]
+    assert len(resumed_calls) == 2  # steps 2 and 3 only: 0 and 1 were not sent again
+    steps = {s.index: s for s in Step.objects.filter(run=run)}
+    for index, before in done.items():
+        assert steps[index].response == before.response
+        assert steps[index].finished_at == before.finished_at
+    # Step 2 read the stored response of step 1.
+    assert any(done[1].response in m["content"] for m in steps[2].messages)
+    assert all(step.status == Step.Status.SUCCEEDED for step in steps.values())
+    assert run.model_calls == 4
+    events = stored_events(run)
+    assert [event["seq"] for event in events] == list(range(1, len(events) + 1))
+    assert sum(event["type"] == "step.finished" for event in events) == 4
