@@ -22,6 +22,7 @@ LINE_LIMIT = 160
 class RunFilterForm(forms.Form):
     """The runs list's filters, as they arrive in the query string. Every field is optional."""
 
+    project = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
     status = forms.ChoiceField(required=False, choices=[("", "Any status"), *Run.Status.choices])
     pool = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
     strategy = forms.ChoiceField(required=False)
@@ -35,6 +36,8 @@ class RunFilterForm(forms.Form):
 
     def __init__(self, data: Any, *, pools: list[Pool], strategies: tuple[str, ...]):
         super().__init__(data)
+        projects = {p.project_id: p.project.name for p in pools}
+        self.fields["project"].choices = [("", "Any project"), *sorted(projects.items())]
         self.fields["pool"].choices = [("", "Any pool"), *((p.pk, p.name) for p in pools)]
         self.fields["strategy"].choices = [("", "Any strategy"), *((s, s) for s in strategies)]
 
@@ -98,6 +101,14 @@ def runs_list(request: HttpRequest) -> HttpResponse:
     offset = (page - 1) * PAGE_SIZE
 
     runs_query = selectors.run_list(user=request.user, **form.selector_filters())
+    project_ids = {p.project_id for p in pools}
+    project_id = form.cleaned_data.get("project")
+    if project_id is None and len(project_ids) == 1:
+        # Naming the one project the user can see changes nothing in the result, but lets the
+        # database walk the (project, created_at) index instead of sorting every run it holds.
+        project_id = next(iter(project_ids))
+    if project_id is not None:
+        runs_query = runs_query.filter(project_id=project_id)
     # One query for the page: fetch one extra row to know whether a next page exists,
     # instead of counting every matching run.
     runs = list(runs_query[offset : offset + PAGE_SIZE + 1])
@@ -115,6 +126,7 @@ def runs_list(request: HttpRequest) -> HttpResponse:
     context = {
         "runs": runs,
         "filter_form": form,
+        "several_projects": len(project_ids) > 1,
         "status_filter": form.cleaned_data.get("status", ""),
         "page": page,
         "previous_page": page - 1 if page > 1 else None,

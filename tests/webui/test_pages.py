@@ -199,6 +199,18 @@ def test_other_projects_stay_hidden(client_in, pool, user):
     assert client_in.get("/runs/999999/").status_code == 404
 
 
+def test_members_of_two_projects_see_both_and_can_narrow_to_one(client_in, pool, user):
+    second = Project.objects.create(name="Second", slug="second")
+    Membership.objects.create(project=second, user=user, role=Membership.Role.VIEWER)
+    second_pool = Pool.objects.create(project=second, name="Second pool")
+    first_run = make_run(pool, input="In the first project", minutes_ago=1)
+    second_run = make_run(second_pool, input="In the second project")
+
+    assert shown_run_ids(client_in.get("/")) == [second_run.pk, first_run.pk]
+    assert shown_run_ids(client_in.get(f"/?project={second.pk}")) == [second_run.pk]
+    assert shown_run_ids(client_in.get(f"/?project={pool.project_id}")) == [first_run.pk]
+
+
 def test_list_costs_the_same_queries_for_5_or_50_runs(client_in, pool, user):
     def count_queries() -> int:
         with CaptureQueriesContext(connection) as queries:
