@@ -1,0 +1,199 @@
+"""The litellm client against a real OpenAI-compatible HTTP server on 127.0.0.1 (no mocks)."""
+
+import json
+import logging
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from orchestrator.engine.types import ModelError
+from orchestrator.providers import make_client
+
+KEY_ENV = "CONDUCTOR_TEST_API_KEY"
+SECRET = "sk-test-0123456789abcdef-secret"
+
+
+class FakeOpenAI(BaseHTTPRequestHandler):
+    """POST /v1/chat/completions; the model name picks the behaviour."""
+
+    requests: list[dict] = []
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def _reply(self, status: int, body: dict) -> None:
+        payload = json.dumps(body).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up waiting (the timeout test)
+
+    def _error(self, status: int, message: str) -> None:
+        self._reply(status, {"error": {"message": message, "type": "test_error", "code": status}})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        authorization = self.headers.get("Authorization", "")
+        FakeOpenAI.requests.append({"path": self.path, "body": body, "authorization": authorization})
+        if self.path != "/v1/chat/completions":
+            return self._error(404, f"no route {self.path}")
+        model = body["model"]
+        if model == "broken":
+            return self._error(500, "the server fell over")
+        if model == "busy":
+            return self._error(429, "slow down")
+        if model == "missing":
+            return self._error(404, "no such model")
+        if model == "picky":
+            return self._error(400, "max_tokens is too large")
+        if model == "slow":
+            time.sleep(2)
+        if model == "guarded" and authorization != f"Bearer {SECRET}":
+            return self._error(401, f"Incorrect API key provided: {authorization.removeprefix('Bearer ')}")
+        content = None if model == "silent" else f"echo: {body['messages'][-1]['content']}"
+        self._reply(
+            200,
+            {
+                "id": "chatcmpl-test",
+                "object": "chat.completion",
+                "created": 1_700_000_000,
+                "model": model,
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28},
+            },
+        )
+
+
+@pytest.fixture(scope="module")
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    """Fail the test if anything tries to resolve a host other than this machine."""
+    for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    outside: list[str] = []
+    real_getaddrinfo = socket.getaddrinfo
+
+    def local_only(host, *args, **kwargs):
+        if host not in ("127.0.0.1", "localhost", None, b"127.0.0.1"):
+            outside.append(str(host))
+            raise socket.gaierror(f"test blocks lookups of {host}")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", local_only)
+    FakeOpenAI.requests.clear()
+    yield
+    assert outside == [], f"tried to reach {outside}"
+
+
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "ping"}]
+
+
+async def test_a_completion_brings_text_usage_cost_and_latency(server):
+    client = make_client(
+        "openai/tiny", api_base=server, params={"temperature": 0.2, "max_tokens": 64}, price_in=2, price_out=8
+    )
+    completion = await client.complete(MESSAGES, timeout=10)
+    assert completion.text == "echo: ping"
+    assert (completion.tokens_in, completion.tokens_out) == (21, 7)
+    assert completion.cost == pytest.approx((21 * 2 + 7 * 8) / 1e6)
+    assert 0 < completion.latency < 10
+    sent = FakeOpenAI.requests[-1]["body"]
+    assert sent["model"] == "tiny"
+    assert sent["messages"] == MESSAGES
+    assert sent["temperature"] == 0.2 and sent["max_tokens"] == 64
+
+
+async def test_without_prices_an_unknown_model_costs_nothing(server):
+    completion = await make_client("openai/tiny", api_base=server).complete(MESSAGES, timeout=10)
+    assert completion.cost == 0.0
+
+
+async def test_the_key_is_read_from_the_named_variable_at_call_time(server, monkeypatch):
+    client = make_client("openai/guarded", api_base=server, api_key_env=KEY_ENV)
+    assert SECRET not in repr(client.__dict__ if hasattr(client, "__dict__") else client)
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    completion = await client.complete(MESSAGES, timeout=10)
+    assert completion.text == "echo: ping"
+    assert FakeOpenAI.requests[-1]["authorization"] == f"Bearer {SECRET}"
+
+
+async def test_a_rejected_key_is_not_retryable_and_never_shown(server, monkeypatch, caplog, capfd):
+    caplog.set_level(logging.DEBUG)
+    wrong = "sk-wrong-key-that-must-not-leak-42"
+    monkeypatch.setenv(KEY_ENV, wrong)
+    client = make_client("openai/guarded", api_base=server, api_key_env=KEY_ENV)
+    with pytest.raises(ModelError) as failure:
+        await client.complete(MESSAGES, timeout=10)
+    assert FakeOpenAI.requests[-1]["authorization"] == f"Bearer {wrong}"  # the server echoed it back
+    assert not failure.value.retryable and failure.value.status == 401
+    assert wrong not in str(failure.value) and "must-not-leak" not in str(failure.value)
+    captured = capfd.readouterr()
+    assert "must-not-leak" not in caplog.text + captured.out + captured.err
+
+
+async def test_a_missing_key_variable_fails_clearly_without_a_call(server, monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    client = make_client("openai/guarded", api_base=server, api_key_env=KEY_ENV)
+    with pytest.raises(ModelError, match=KEY_ENV) as failure:
+        await client.complete(MESSAGES, timeout=10)
+    assert not failure.value.retryable
+    assert FakeOpenAI.requests == []
+
+
+@pytest.mark.parametrize(
+    "model, status, retryable",
+    [("broken", 500, True), ("busy", 429, True), ("missing", 404, False), ("picky", 400, False)],
+)
+async def test_error_statuses_map_to_model_errors(server, model, status, retryable):
+    client = make_client(f"openai/{model}", api_base=server)
+    started = time.perf_counter()
+    with pytest.raises(ModelError) as failure:
+        await client.complete(MESSAGES, timeout=10)
+    assert failure.value.retryable is retryable
+    assert failure.value.status == status
+    assert len([r for r in FakeOpenAI.requests if r["body"]["model"] == model]) == 1, "litellm retried"
+    assert time.perf_counter() - started < 5
+
+
+async def test_a_slow_reply_times_out_as_a_retryable_error(server):
+    client = make_client("openai/slow", api_base=server)
+    started = time.perf_counter()
+    with pytest.raises(ModelError) as failure:
+        await client.complete(MESSAGES, timeout=0.5)
+    assert failure.value.retryable
+    assert time.perf_counter() - started < 1.9
+
+
+async def test_an_unreachable_server_is_a_retryable_connection_error():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client = make_client("openai/tiny", api_base=f"http://127.0.0.1:{port}/v1")
+    with pytest.raises(ModelError) as failure:
+        await client.complete(MESSAGES, timeout=5)
+    assert failure.value.retryable
+
+
+async def test_an_empty_reply_is_a_model_error(server):
+    with pytest.raises(ModelError, match="empty reply"):
+        await make_client("openai/silent", api_base=server).complete(MESSAGES, timeout=10)
