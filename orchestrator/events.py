@@ -128,7 +128,8 @@ def snapshot_data(run: Run) -> dict[str, Any]:
     return {
         "run": run_data(run),
         "plans": [plan_data(p) for p in run.plans.all()],
-        "steps": [step_data(s) for s in run.steps.all()],
+        # step_data leaves out messages and responses: do not load them (large runs).
+        "steps": [step_data(s) for s in run.steps.defer("messages", "response")],
     }
 
 

@@ -1,3 +1,9 @@
 """Websocket routes."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from webui.consumers import RunConsumer
+
+websocket_urlpatterns = [
+    path("ws/runs/<int:run_id>/", RunConsumer.as_asgi(), name="ws-run"),
+]

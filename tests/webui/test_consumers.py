@@ -1,0 +1,161 @@
+"""RunConsumer: snapshot, live events, resuming with ?after, and who may watch."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import AnonymousUser
+from django.test import Client
+
+from orchestrator import events
+from orchestrator.models import Run
+from orchestrator.services.runs import run_create, run_execute_async
+from tests.factories import make_step
+from webui.routing import websocket_urlpatterns
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUESTION = "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+
+
+def communicator_for(run_id: int, user, query: str = "") -> WebsocketCommunicator:
+    path = f"/ws/runs/{run_id}/" + (f"?{query}" if query else "")
+    communicator = WebsocketCommunicator(URLRouter(websocket_urlpatterns), path)
+    communicator.scope["user"] = user
+    return communicator
+
+
+async def new_run(pool) -> Run:
+    return await sync_to_async(run_create)(pool=pool, input=QUESTION, enqueue=False)
+
+
+async def publish(run_id: int, status: str) -> dict:
+    return await sync_to_async(events.publish)(run_id, events.RUN_STATUS, {"status": status})
+
+
+async def receive_until_finished(communicator) -> list[dict]:
+    received = []
+    while not received or received[-1]["type"] != "run.finished":
+        received.append(await communicator.receive_json_from(timeout=5))
+    return received
+
+
+async def test_connect_sends_a_snapshot_of_the_run(sim_pool, viewer):
+    run = await new_run(sim_pool)
+    step = await sync_to_async(make_step)(run=run, instruction="Add the numbers.")
+    communicator = communicator_for(run.pk, viewer)
+    try:
+        connected, _ = await communicator.connect()
+        assert connected
+        snapshot = await communicator.receive_json_from()
+    finally:
+        await communicator.disconnect()
+
+    assert snapshot["type"] == "snapshot"
+    assert snapshot["run"] == run.pk and snapshot["seq"] == 1  # run.status queued
+    assert snapshot["state"]["run"]["status"] == "queued"
+    assert [s["id"] for s in snapshot["state"]["steps"]] == [step.pk]
+    assert snapshot["state"]["steps"][0]["instruction"] == "Add the numbers."
+
+
+async def test_live_events_of_an_executing_run_arrive_in_order_once(sim_pool, viewer):
+    run = await new_run(sim_pool)
+    communicator = communicator_for(run.pk, viewer)
+    try:
+        await communicator.connect()
+        snapshot = await communicator.receive_json_from()
+        await run_execute_async(run_id=run.pk)
+        received = await receive_until_finished(communicator)
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+
+    await run.arefresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert [e["seq"] for e in received] == list(range(snapshot["seq"] + 1, run.last_seq + 1))
+    stored = await sync_to_async(events.events_after)(run.pk, snapshot["seq"])
+    assert received == stored
+    assert {"step.created", "step.started", "step.finished"} <= {e["type"] for e in received}
+
+
+async def test_after_resumes_without_gaps_or_duplicates(sim_pool, viewer):
+    run = await new_run(sim_pool)  # seq 1
+    await publish(run.pk, "planning")  # seq 2
+    await publish(run.pk, "running")  # seq 3
+    communicator = communicator_for(run.pk, viewer, query="after=1")
+    try:
+        await communicator.connect()
+        missed = [await communicator.receive_json_from() for _ in range(2)]
+        live = await publish(run.pk, "planning")  # seq 4
+        arrived = await communicator.receive_json_from()
+        # An event the client already has (seq 3) is not sent again.
+        await communicator.send_input({"type": "run.event", "event": missed[-1]})
+        layer_message = {"type": events.LAYER_MESSAGE_TYPE, "event": missed[-1]}
+        await get_channel_layer().group_send(events.group_name(run.pk), layer_message)
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+
+    assert [e["seq"] for e in missed] == [2, 3]
+    assert [e["status"] for e in missed] == ["planning", "running"]
+    assert arrived == live and arrived["seq"] == 4
+
+
+async def test_the_snapshot_covers_events_sent_while_connecting(sim_pool, viewer):
+    run = await new_run(sim_pool)
+    old_event = (await sync_to_async(events.events_after)(run.pk, 0))[0]
+    communicator = communicator_for(run.pk, viewer)
+    try:
+        await communicator.connect()
+        snapshot = await communicator.receive_json_from()
+        await get_channel_layer().group_send(
+            events.group_name(run.pk), {"type": events.LAYER_MESSAGE_TYPE, "event": old_event}
+        )
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+    assert snapshot["seq"] == old_event["seq"]
+
+
+@pytest.mark.parametrize("who", ["anonymous", "outsider"])
+async def test_anonymous_users_and_outsiders_are_refused(sim_pool, outsider, who):
+    run = await new_run(sim_pool)
+    user = AnonymousUser() if who == "anonymous" else outsider
+    communicator = communicator_for(run.pk, user)
+    try:
+        await communicator.connect()
+        closed = await communicator.receive_output()
+    finally:
+        await communicator.disconnect()
+    assert closed == {"type": "websocket.close", "code": 4403}
+
+
+async def test_an_unknown_run_is_refused(viewer):
+    communicator = communicator_for(999_999, viewer)
+    try:
+        await communicator.connect()
+        closed = await communicator.receive_output()
+    finally:
+        await communicator.disconnect()
+    assert closed == {"type": "websocket.close", "code": 4404}
+
+
+async def test_the_site_authenticates_websockets_with_the_session(sim_pool, viewer):
+    from webui.asgi import application
+
+    run = await new_run(sim_pool)
+    client = Client()
+    await sync_to_async(client.force_login)(viewer)
+    cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
+    headers = [(b"cookie", cookie), (b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")]
+    communicator = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=headers)
+    try:
+        connected, _ = await communicator.connect()
+        assert connected
+        snapshot = await communicator.receive_json_from()
+    finally:
+        await communicator.disconnect()
+    assert snapshot["type"] == "snapshot" and snapshot["run"] == run.pk

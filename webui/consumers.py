@@ -1,0 +1,105 @@
+"""Websocket consumers: a run's live events, as ``orchestrator.events`` defines them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from orchestrator import events, selectors
+from orchestrator.models import Run
+
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+
+
+@database_sync_to_async
+def _run_access(user: Any, run_id: int) -> int | None:
+    """None if the user may watch the run, else the close code saying why not."""
+    run = Run.objects.filter(pk=run_id).only("pk", "project_id").first()
+    if run is None:
+        return CLOSE_NOT_FOUND
+    if not selectors.user_can_view(user=user, run=run):
+        return CLOSE_FORBIDDEN
+    return None
+
+
+@database_sync_to_async
+def _snapshot(run_id: int) -> dict[str, Any]:
+    run = Run.objects.get(pk=run_id)
+    return {
+        "type": events.SNAPSHOT,
+        "run": run_id,
+        "seq": run.last_seq,
+        "state": events.snapshot_data(run),
+    }
+
+
+@database_sync_to_async
+def _events_after(run_id: int, seq: int) -> list[dict[str, Any]]:
+    return events.events_after(run_id, seq)
+
+
+class RunConsumer(AsyncJsonWebsocketConsumer):
+    """``/ws/runs/<id>/``: a snapshot (or, with ``?after=N``, the stored events after N), then
+    every live event of the run once, in order.
+
+    Anonymous users and users outside the run's project are closed with 4403, unknown runs with
+    4404. The consumer joins the run's group before reading the snapshot, so no event falls
+    between the two; events it has already covered (seq at most the last one sent) are dropped.
+    """
+
+    async def connect(self) -> None:
+        self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
+        self.group = events.group_name(self.run_id)
+        self.joined = False
+        self.last_sent_seq = 0
+        user = self.scope.get("user")
+        refusal = (
+            CLOSE_FORBIDDEN
+            if user is None or not user.is_authenticated
+            else await _run_access(user, self.run_id)
+        )
+        await self.accept()  # accepted first so the client receives the close code
+        if refusal is not None:
+            await self.close(code=refusal)
+            return
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        self.joined = True
+        after = self._after()
+        if after is None:
+            snapshot = await _snapshot(self.run_id)
+            self.last_sent_seq = snapshot["seq"]
+            await self.send_json(snapshot)
+        else:
+            self.last_sent_seq = after
+            for event in await _events_after(self.run_id, after):
+                await self._forward(event)
+
+    def _after(self) -> int | None:
+        """The ``after`` query parameter: the last seq a reconnecting client has seen."""
+        query = self.scope.get("query_string", b"").decode("latin-1")
+        for part in query.split("&"):
+            name, _, value = part.partition("=")
+            if name == "after" and value.isdigit():
+                return int(value)
+        return None
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "joined", False):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+            self.joined = False
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        """Clients only listen; anything they send is ignored."""
+
+    async def run_event(self, message: dict[str, Any]) -> None:
+        """A live event from the run's group (layer message type ``run.event``)."""
+        await self._forward(message["event"])
+
+    async def _forward(self, event: dict[str, Any]) -> None:
+        if event["seq"] <= self.last_sent_seq:
+            return
+        self.last_sent_seq = event["seq"]
+        await self.send_json(event)
