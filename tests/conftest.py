@@ -10,6 +10,12 @@ from orchestrator.services.pools import pool_sync_from_data
 from tests.factories import make_member, make_project, make_user
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """Users are made in most tests; a deliberately slow hasher would dominate their time."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def project(db) -> Project:
     return make_project(name="Team")

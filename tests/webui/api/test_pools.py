@@ -1,0 +1,41 @@
+"""The pools API: pools of the user's projects, enabled workers, key variable names for admins."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+
+from orchestrator.models import Worker
+
+POOLS_URL = reverse("api-pool-list")
+
+
+def test_lists_enabled_workers_in_order(api_as, sim_pool, viewer):
+    Worker.objects.filter(pool=sim_pool, position=1).update(enabled=False)
+    body = api_as(viewer).get(POOLS_URL).json()
+
+    assert [pool["id"] for pool in body] == [sim_pool.pk]
+    workers = body[0]["workers"]
+    expected = list(
+        Worker.objects.filter(pool=sim_pool, enabled=True).order_by("position").values_list("name", flat=True)
+    )
+    assert [worker["name"] for worker in workers] == expected and len(expected) == 4
+    assert body[0]["is_simulated"] is True
+    assert body[0]["can_run"] is False
+
+
+def test_only_admins_see_key_variable_names_and_never_a_key(api_as, sim_pool, viewer, project_admin, monkeypatch):
+    monkeypatch.setenv("SECRET_FOR_TEST", "sk-do-not-leak")
+    Worker.objects.filter(pool=sim_pool).update(api_key_env="SECRET_FOR_TEST")
+
+    as_viewer = api_as(viewer).get(POOLS_URL)
+    as_admin = api_as(project_admin).get(POOLS_URL)
+
+    assert {w["api_key_env"] for w in as_viewer.json()[0]["workers"]} == {None}
+    assert {w["api_key_env"] for w in as_admin.json()[0]["workers"]} == {"SECRET_FOR_TEST"}
+    assert as_admin.json()[0]["can_run"] is True
+    for response in (as_viewer, as_admin):
+        assert b"sk-do-not-leak" not in response.content
+
+
+def test_pools_of_other_projects_are_not_listed(api_as, sim_pool, outsider):
+    assert api_as(outsider).get(POOLS_URL).json() == []

@@ -1,0 +1,234 @@
+"""The runs API: create, list with filters, detail, graph, cancel; who may do what."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from orchestrator.models import Run
+from orchestrator.services import execution
+from orchestrator.services.runs import run_create, run_execute
+from tests.factories import make_plan, make_pool, make_run, make_step
+
+QUESTION = "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+RUNS_URL = reverse("api-run-list")
+
+
+@pytest.fixture
+def enqueued(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    monkeypatch.setattr(execution, "run_enqueue", lambda *, run_id: calls.append(run_id))
+    return calls
+
+
+def test_post_creates_a_run_and_answers_at_once(
+    api_as, sim_pool, reviewer, enqueued, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api_as(reviewer).post(
+            RUNS_URL,
+            {"input": QUESTION, "pool": sim_pool.pk, "strategy": "moa", "reference": "50"},
+            format="json",
+        )
+
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    run = Run.objects.get(pk=body["id"])
+    assert body["status"] == "queued" and run.status == Run.Status.QUEUED
+    assert body["url"] == f"http://testserver/runs/{run.pk}/"
+    assert body["ws"] == f"/ws/runs/{run.pk}/"
+    assert body["strategy"] == "moa" and body["pool"] == {"id": sim_pool.pk, "name": sim_pool.name}
+    assert run.created_by == reviewer and run.reference == "50" and run.grader == "numeric"
+    assert enqueued == [run.pk]
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"input": ""}, "input"),
+        ({"input": "   "}, "input"),
+        ({"pool": None}, "pool"),
+        ({"pool": 999_999}, "pool"),
+        ({"strategy": "oracle"}, "strategy"),
+        ({"strategy": "single", "strategy_options": {"worker": 99}}, "strategy_options"),
+        ({"strategy": "single", "strategy_options": {"temperature": 1}}, "strategy_options"),
+        ({"grader": "vibes"}, "grader"),
+    ],
+)
+def test_bad_input_is_a_400_naming_the_field(api_as, sim_pool, reviewer, payload, field):
+    data = {"input": QUESTION, "pool": sim_pool.pk, **payload}
+    data = {key: value for key, value in data.items() if value is not None}
+    response = api_as(reviewer).post(RUNS_URL, data, format="json")
+    assert response.status_code == 400
+    assert field in response.json()
+    assert not Run.objects.exists()
+
+
+def test_viewers_may_not_create_runs(api_as, sim_pool, viewer):
+    response = api_as(viewer).post(RUNS_URL, {"input": QUESTION, "pool": sim_pool.pk}, format="json")
+    assert response.status_code == 403
+    assert not Run.objects.exists()
+
+
+def test_a_pool_of_another_project_is_unknown(api_as, sim_pool, outsider):
+    response = api_as(outsider).post(RUNS_URL, {"input": QUESTION, "pool": sim_pool.pk}, format="json")
+    assert response.status_code == 400 and "pool" in response.json()
+
+
+def test_anonymous_requests_are_refused(sim_pool):
+    client = APIClient()
+    assert client.get(RUNS_URL).status_code in (401, 403)
+    assert client.post(RUNS_URL, {"input": QUESTION, "pool": sim_pool.pk}).status_code in (401, 403)
+
+
+def test_token_auth_works(sim_pool, reviewer, enqueued):
+    token = Token.objects.create(user=reviewer)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    response = client.post(RUNS_URL, {"input": QUESTION, "pool": sim_pool.pk}, format="json")
+    assert response.status_code == 201
+    assert client.get(RUNS_URL).json()["results"][0]["id"] == response.json()["id"]
+
+
+def test_list_is_newest_first_and_only_the_users_projects(api_as, sim_pool, viewer, outsider):
+    older = make_run(pool=sim_pool, input="older")
+    newer = make_run(pool=sim_pool, input="newer")
+    other_pool = make_pool(project=outsider.memberships.get().project)
+    make_run(pool=other_pool, input="elsewhere")
+
+    body = api_as(viewer).get(RUNS_URL).json()
+
+    assert [run["id"] for run in body["results"]] == [newer.pk, older.pk]
+    assert body["next"] is None and body["previous"] is None and body["page"] == 1
+    assert [run["input"] for run in api_as(outsider).get(RUNS_URL).json()["results"]] == ["elsewhere"]
+
+
+def test_list_filters(api_as, sim_pool, viewer):
+    failed = make_run(pool=sim_pool, status=Run.Status.FAILED, input="the failing one", score=0.0)
+    good = make_run(pool=sim_pool, status=Run.Status.SUCCEEDED, strategy="moa", answer="Answer: 50", score=1.0)
+    make_step(run=good, worker_name="Abacus (simulated)")
+    old = make_run(pool=sim_pool, strategy="single")
+    Run.objects.filter(pk=old.pk).update(created_at=timezone.now() - dt.timedelta(days=10))
+    client = api_as(viewer)
+
+    def ids(**params) -> list[int]:
+        response = client.get(RUNS_URL, params)
+        assert response.status_code == 200, response.json()
+        return [run["id"] for run in response.json()["results"]]
+
+    assert ids(status="failed") == [failed.pk]
+    assert ids(strategy="moa") == [good.pk]
+    assert ids(worker="Abacus (simulated)") == [good.pk]
+    assert ids(q="FAILING") == [failed.pk]
+    assert ids(q="answer: 50") == [good.pk]
+    assert ids(score_min=0.5) == [good.pk]
+    assert ids(score_max=0.5) == [failed.pk]
+    assert ids(pool=sim_pool.pk) == ids() == [good.pk, failed.pk, old.pk]
+    since = (timezone.now() - dt.timedelta(days=1)).isoformat()
+    assert old.pk not in ids(created_after=since) and len(ids(created_after=since)) == 2
+    assert ids(created_before=since) == [old.pk]
+
+
+def test_bad_filters_are_a_400_naming_the_field(api_as, viewer):
+    response = api_as(viewer).get(RUNS_URL, {"status": "sleeping", "score_min": "high"})
+    assert response.status_code == 400
+    assert {"status", "score_min"} <= set(response.json())
+
+
+def test_list_pages(api_as, sim_pool, viewer):
+    runs = [make_run(pool=sim_pool) for _ in range(5)]
+    client = api_as(viewer)
+    first = client.get(RUNS_URL, {"page_size": 2}).json()
+    second = client.get(first["next"]).json()
+    last = client.get(second["next"]).json()
+
+    newest_first = [run.pk for run in reversed(runs)]
+    assert [r["id"] for r in first["results"] + second["results"] + last["results"]] == newest_first
+    assert last["next"] is None and second["previous"] is not None
+    assert client.get(RUNS_URL, {"page": 0}).status_code == 400
+
+
+def test_detail_has_plans_and_steps(api_as, sim_pool, viewer):
+    run = run_create(pool=sim_pool, input=QUESTION, strategy="moa", enqueue=False)
+    run_execute(run_id=run.pk)
+
+    response = api_as(viewer).get(reverse("api-run-detail", args=[run.pk]))
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "succeeded" and body["answer"]
+    assert body["plans"][0]["workflow"][-1]["access"] == "all"
+    assert len(body["steps"]) == body["totals"]["step_count"] == len(body["plans"][0]["workflow"])
+    assert body["steps"][-1]["response"] == body["answer"]
+    assert "messages" not in body["steps"][0]
+
+
+def test_runs_of_other_projects_are_404(api_as, sim_pool, outsider):
+    run = make_run(pool=sim_pool)
+    step = make_step(run=run)
+    client = api_as(outsider)
+    assert client.get(reverse("api-run-detail", args=[run.pk])).status_code == 404
+    assert client.get(reverse("api-run-graph", args=[run.pk])).status_code == 404
+    assert client.post(reverse("api-run-cancel", args=[run.pk])).status_code == 404
+    assert client.get(reverse("api-step-detail", args=[step.pk])).status_code == 404
+
+
+def test_graph(api_as, sim_pool, viewer):
+    run = make_run(pool=sim_pool)
+    make_plan(run=run, workflow=[{"worker": 0, "instruction": "a", "access": []},
+                                 {"worker": 1, "instruction": "b", "access": "all"}])
+    first = make_step(run=run, index=0)
+    second = make_step(run=run, index=1, access="all")
+    second.reads = [first.pk]
+    second.save(update_fields=["reads"])
+
+    response = api_as(viewer).get(reverse("api-run-graph", args=[run.pk]))
+
+    assert response.status_code == 200
+    graph = response.json()
+    node_ids = {node["id"] for node in graph["nodes"]}
+    assert {f"s{first.pk}", f"s{second.pk}"} <= node_ids
+    assert any(edge["source"] == f"s{first.pk}" and edge["target"] == f"s{second.pk}" for edge in graph["edges"])
+
+
+def test_step_detail_has_the_exact_messages_and_response(api_as, sim_pool, viewer):
+    run = make_run(pool=sim_pool)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    step = make_step(run=run, messages=messages, response="<script>alert(1)</script> 4", status="succeeded")
+
+    body = api_as(viewer).get(reverse("api-step-detail", args=[step.pk])).json()
+
+    assert body["messages"] == messages
+    assert body["response"] == "<script>alert(1)</script> 4"
+    assert body["run"] == run.pk and body["id"] == step.pk
+
+
+def test_cancel(api_as, sim_pool, viewer, reviewer):
+    run = make_run(pool=sim_pool)
+    url = reverse("api-run-cancel", args=[run.pk])
+
+    assert api_as(viewer).post(url).status_code == 403
+    response = api_as(reviewer).post(url)
+
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+
+
+def test_schema_generates(api_as, viewer):
+    response = api_as(viewer).get(reverse("api-schema"))
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert "/api/runs/{run_id}/graph/" in text and "/api/steps/{step_id}/" in text
+
+
+def test_schema_has_no_warnings(tmp_path):
+    from django.core.management import call_command
+
+    call_command("spectacular", "--fail-on-warn", "--validate", "--file", str(tmp_path / "schema.yml"))
+    assert "runs_create" in (tmp_path / "schema.yml").read_text()

@@ -1,0 +1,154 @@
+"""Run endpoints: list and create, detail, graph, cancel. Views validate, call one service or
+selector, and serialize; the rules live in orchestrator.services and orchestrator.selectors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from orchestrator import selectors
+from orchestrator.engine.grading import GRADER_KINDS
+from orchestrator.engine.strategies import STRATEGIES
+from orchestrator.models import Run
+from orchestrator.services.runs import run_cancel, run_create
+from webui.api.pagination import PagePagination
+from webui.api.serializers import RunDetailOutputSerializer, RunSummaryOutputSerializer
+
+
+def validation_error_from_django(error: DjangoValidationError) -> ValidationError:
+    """A service's ValidationError as a 400 keyed by field."""
+    if hasattr(error, "message_dict"):
+        return ValidationError(error.message_dict)
+    return ValidationError({"non_field_errors": error.messages})
+
+
+def visible_run_or_404(*, request: Request, run_id: int) -> Run:
+    run = selectors.run_get(user=request.user, run_id=run_id)
+    if run is None:
+        raise Http404("No such run.")
+    return run
+
+
+class RunListCreateApi(APIView):
+    """``GET``: the runs of the user's projects, newest first, filtered. ``POST``: start a run."""
+
+    class FilterSerializer(serializers.Serializer):
+        status = serializers.ChoiceField(choices=Run.Status.choices, required=False)
+        pool = serializers.IntegerField(required=False, min_value=1)
+        strategy = serializers.ChoiceField(choices=STRATEGIES, required=False)
+        worker = serializers.CharField(required=False, max_length=100, help_text="A worker name used by any step.")
+        created_after = serializers.DateTimeField(required=False)
+        created_before = serializers.DateTimeField(required=False)
+        score_min = serializers.FloatField(required=False)
+        score_max = serializers.FloatField(required=False)
+        q = serializers.CharField(required=False, max_length=200, help_text="Text in the input or the answer.")
+
+    class CreateInputSerializer(serializers.Serializer):
+        input = serializers.CharField(help_text="The question.")
+        pool = serializers.IntegerField(help_text="Id of a pool of one of your projects.")
+        strategy = serializers.ChoiceField(choices=STRATEGIES, default="conductor")
+        strategy_options = serializers.DictField(required=False, default=dict)
+        reference = serializers.CharField(required=False, allow_blank=True, default="")
+        grader = serializers.ChoiceField(
+            choices=["", *GRADER_KINDS], required=False, allow_blank=True, default="",
+            help_text="How the answer is checked against the reference; chosen from the reference when empty.",
+        )
+
+    pagination_class = PagePagination
+
+    @extend_schema(
+        operation_id="runs_list",
+        parameters=[FilterSerializer, *[
+            OpenApiParameter(name, OpenApiTypes.INT, description=text)
+            for name, text in (("page", "Page number, from 1."), ("page_size", "Runs per page (at most 200)."))
+        ]],
+        responses=RunSummaryOutputSerializer(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        runs = selectors.run_list(user=request.user, **filters.validated_data)
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(runs, request, view=self)
+        data = RunSummaryOutputSerializer(page, many=True, context={"request": request}).data
+        return paginator.get_paginated_response(data)
+
+    @extend_schema(
+        operation_id="runs_create",
+        request=CreateInputSerializer,
+        responses={201: RunSummaryOutputSerializer},
+    )
+    def post(self, request: Request) -> Response:
+        payload = self.CreateInputSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data: dict[str, Any] = payload.validated_data
+        pool = selectors.pools_for(user=request.user).filter(pk=data["pool"]).first()
+        if pool is None:
+            raise ValidationError({"pool": ["No such pool in your projects."]})
+        try:
+            run = run_create(
+                pool=pool,
+                input=data["input"],
+                strategy=data["strategy"],
+                strategy_options=data["strategy_options"],
+                reference=data["reference"],
+                grader=data["grader"],
+                created_by=request.user,
+            )
+        except DjangoValidationError as error:
+            raise validation_error_from_django(error) from error
+        output = RunSummaryOutputSerializer(run, context={"request": request})
+        return Response(output.data, status=status.HTTP_201_CREATED)
+
+
+class RunDetailApi(APIView):
+    """One run with its plans and its steps (responses included, messages on the step endpoint)."""
+
+    @extend_schema(operation_id="runs_retrieve", responses=RunDetailOutputSerializer)
+    def get(self, request: Request, run_id: int) -> Response:
+        run = selectors.run_detail(user=request.user, run_id=run_id)
+        if run is None:
+            raise Http404("No such run.")
+        return Response(RunDetailOutputSerializer(run, context={"request": request}).data)
+
+
+class RunGraphApi(APIView):
+    """The run as a graph with server-computed positions: nodes, edges, groups (rounds)."""
+
+    class QuerySerializer(serializers.Serializer):
+        round = serializers.IntegerField(
+            required=False, min_value=0, help_text="One round expanded (for a collapsed group)."
+        )
+
+    @extend_schema(
+        operation_id="runs_graph",
+        parameters=[QuerySerializer],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        query = self.QuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        run = visible_run_or_404(request=request, run_id=run_id)
+        return Response(selectors.run_graph(run=run, round=query.validated_data.get("round")))
+
+
+class RunCancelApi(APIView):
+    """Cancel a run that has not finished (admins and reviewers of its project)."""
+
+    @extend_schema(operation_id="runs_cancel", request=None, responses=RunSummaryOutputSerializer)
+    def post(self, request: Request, run_id: int) -> Response:
+        run = visible_run_or_404(request=request, run_id=run_id)
+        if not selectors.user_can_run(user=request.user, project=run.project_id):
+            self.permission_denied(request, message="Only admins and reviewers may cancel runs.")
+        run = run_cancel(run_id=run.pk)
+        run = selectors.run_get(user=request.user, run_id=run.pk)
+        return Response(RunSummaryOutputSerializer(run, context={"request": request}).data)

@@ -1,0 +1,143 @@
+"""Output serializers shared by several API views (runs, steps, plans, totals, pools)."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+
+class TotalsOutputSerializer(serializers.Serializer):
+    """Sums over every model call of a run, the conductor's included."""
+
+    tokens_in = serializers.IntegerField()
+    tokens_out = serializers.IntegerField()
+    cost = serializers.FloatField()
+    model_calls = serializers.IntegerField()
+    wall_time = serializers.FloatField(allow_null=True)
+    step_count = serializers.IntegerField()
+
+
+class PoolRefOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+
+
+class RunPageUrlMixin(serializers.Serializer):
+    """The run's page (absolute when the request is known) and its websocket path."""
+
+    url = serializers.SerializerMethodField()
+    ws = serializers.SerializerMethodField()
+
+    def get_url(self, run) -> str:
+        path = reverse("run-detail", args=[run.pk])
+        request = self.context.get("request")
+        return request.build_absolute_uri(path) if request else path
+
+    def get_ws(self, run) -> str:
+        return f"/ws/runs/{run.pk}/"
+
+
+class RunSummaryOutputSerializer(RunPageUrlMixin):
+    """A run as lists show it."""
+
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    strategy = serializers.CharField()
+    pool = PoolRefOutputSerializer()
+    input = serializers.CharField()
+    answer = serializers.CharField()
+    score = serializers.FloatField(allow_null=True)
+    error = serializers.CharField()
+    totals = TotalsOutputSerializer(source="*")
+    created_by = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    last_seq = serializers.IntegerField(help_text="The seq of the run's latest live event.")
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_created_by(self, run) -> str | None:
+        return run.created_by.get_username() if run.created_by_id else None
+
+
+class StepSummaryOutputSerializer(serializers.Serializer):
+    """A step without the messages it was sent (``GET /api/steps/{id}/`` has them)."""
+
+    id = serializers.IntegerField()
+    round = serializers.IntegerField()
+    index = serializers.IntegerField()
+    worker = serializers.CharField(source="worker_name")
+    worker_index = serializers.IntegerField()
+    model = serializers.CharField()
+    instruction = serializers.CharField()
+    access = serializers.JSONField(help_text='As the plan gave it: "all" or earlier indices.')
+    reads = serializers.ListField(child=serializers.IntegerField(), help_text="Step ids it read.")
+    status = serializers.CharField()
+    tokens_in = serializers.IntegerField()
+    tokens_out = serializers.IntegerField()
+    cost = serializers.FloatField()
+    latency = serializers.FloatField(allow_null=True)
+    attempts = serializers.IntegerField()
+    error = serializers.CharField()
+    reused_from = serializers.IntegerField(source="reused_from_id", allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class StepWithResponseOutputSerializer(StepSummaryOutputSerializer):
+    response = serializers.CharField()
+
+
+class MessageOutputSerializer(serializers.Serializer):
+    role = serializers.CharField()
+    content = serializers.CharField()
+
+
+class StepDetailOutputSerializer(StepWithResponseOutputSerializer):
+    """One step with exactly what it was sent and what came back."""
+
+    run = serializers.IntegerField(source="run_id")
+    messages = MessageOutputSerializer(many=True)
+
+
+class PlanAttemptOutputSerializer(serializers.Serializer):
+    raw = serializers.CharField()
+    error = serializers.CharField()
+    tokens_in = serializers.IntegerField()
+    tokens_out = serializers.IntegerField()
+    cost = serializers.FloatField()
+    latency = serializers.FloatField()
+
+
+class PlanStepOutputSerializer(serializers.Serializer):
+    worker = serializers.IntegerField()
+    instruction = serializers.CharField()
+    access = serializers.JSONField()
+
+
+class PlanOutputSerializer(serializers.Serializer):
+    """How the workflow of one round came to be: the conductor's calls and what it wrote."""
+
+    id = serializers.IntegerField()
+    round = serializers.IntegerField()
+    strategy = serializers.CharField()
+    messages = MessageOutputSerializer(many=True)
+    attempts = PlanAttemptOutputSerializer(many=True)
+    workflow = PlanStepOutputSerializer(
+        many=True, allow_null=True, help_text="null when no attempt could be used; [] accepts."
+    )
+    error = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class RunDetailOutputSerializer(RunSummaryOutputSerializer):
+    """A run with its reference, options, plans and steps (with responses)."""
+
+    strategy_options = serializers.JSONField()
+    reference = serializers.CharField()
+    grader = serializers.CharField()
+    replay_of = serializers.IntegerField(source="replay_of_id", allow_null=True)
+    plans = PlanOutputSerializer(many=True)
+    steps = StepWithResponseOutputSerializer(many=True)
