@@ -64,16 +64,23 @@ def pool_workers() -> list[WorkerInfo]:
             model=worker.model,
             description=worker.description,
             client=make_client(
-                worker.model, params=worker.params, price_in=worker.price_in, price_out=worker.price_out
+                worker.model,
+                params=worker.params,
+                price_in=worker.price_in,
+                price_out=worker.price_out,
             ),
         )
         for worker in demo_pool(latency=0).workers
     ]
 
 
-async def answer_all(strategy: Strategy, workers: list[WorkerInfo], tasks: tuple[Task, ...]) -> list[RunResult]:
+async def answer_all(
+    strategy: Strategy, workers: list[WorkerInfo], tasks: tuple[Task, ...]
+) -> list[RunResult]:
     return [
-        await execute_run(question=task.question, strategy=strategy, workers=workers, settings=SETTINGS)
+        await execute_run(
+            question=task.question, strategy=strategy, workers=workers, settings=SETTINGS
+        )
         for task in tasks
     ]
 
@@ -133,7 +140,9 @@ async def main() -> None:
 
     conductor = make_client(pool.conductor_model, params=pool.conductor_params)
     rows["conductor (sim)"] = score_all(
-        tasks, await answer_all(build_strategy("conductor", conductor=conductor), workers, tasks), cache
+        tasks,
+        await answer_all(build_strategy("conductor", conductor=conductor), workers, tasks),
+        cache,
     ).figures()
 
     singles: dict[int, float] = {}
@@ -156,7 +165,9 @@ async def main() -> None:
         tasks, await answer_all(moa, workers, tasks), cache
     ).figures()
 
-    print(f"Simulated suite: {len(tasks)} tasks, demo pool of {len(workers)} simulated workers, latency 0\n")
+    print(
+        f"Simulated suite: {len(tasks)} tasks, demo pool of {len(workers)} simulated workers, latency 0\n"
+    )
     print_table(rows)
     conductor_row = rows["conductor (sim)"]
     best_single = rows[f"single: {workers[best].name}"]
@@ -165,8 +176,12 @@ async def main() -> None:
         "benchmark": "suite",
         "tasks": len(tasks),
         "strategies": rows,
-        "conductor_minus_best_single_accuracy": round(conductor_row["accuracy"] - best_single["accuracy"], 4),
-        "conductor_tokens_over_moa_tokens": round(conductor_row["tokens_per_task"] / moa_row["tokens_per_task"], 3),
+        "conductor_minus_best_single_accuracy": round(
+            conductor_row["accuracy"] - best_single["accuracy"], 4
+        ),
+        "conductor_tokens_over_moa_tokens": round(
+            conductor_row["tokens_per_task"] / moa_row["tokens_per_task"], 3
+        ),
         "conductor_cost_over_best_single_cost": round(
             conductor_row["cost_per_task"] / best_single["cost_per_task"], 3
         ),

@@ -121,7 +121,9 @@ def _grade_numeric(answer: str, reference: str) -> bool:
 
 _CHOICE_PATTERNS = (
     re.compile(r"^\(?([A-Ha-h])\)?(?:[.):\s]|$)"),
-    re.compile(r"\b(?:option|choice|answer)\s*(?:is\s*)?\(?([A-Ha-h])\)?(?:[.):\s]|$)", re.I),
+    re.compile(
+        r"\b(?:option|choice|answer)\s*(?:is\s*)?\(?([A-Ha-h])\)?(?:[.):\s]|$)", re.IGNORECASE
+    ),
 )
 
 
@@ -231,7 +233,9 @@ class _ExpressionParser:
             return value
         if token == "-" and self.allow_unary_minus:
             return -self._factor()
-        raise ExpressionError("expected a number or '('" if token is None else f"unexpected {token!r}")
+        raise ExpressionError(
+            "expected a number or '('" if token is None else f"unexpected {token!r}"
+        )
 
 
 def evaluate_expression(
@@ -246,7 +250,7 @@ def evaluate_expression(
 
 
 def _expression_part(answer: str) -> str:
-    """"(25 - 5) * 3 = 60" -> "(25 - 5) * 3": the side of an equation that holds the work."""
+    """ "(25 - 5) * 3 = 60" -> "(25 - 5) * 3": the side of an equation that holds the work."""
     sides = [side for side in answer.split("=") if side.strip()]
     if not sides:
         return ""
@@ -299,6 +303,7 @@ def _grade_code(answer: str, reference: str) -> bool:
                 capture_output=True,
                 text=True,
                 timeout=CODE_TIMEOUT_SECONDS,
+                check=False,
             )
         except subprocess.TimeoutExpired:
             return False

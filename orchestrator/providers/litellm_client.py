@@ -101,7 +101,9 @@ class LiteLLMClient:
         latency = time.perf_counter() - started
         return self._completion(litellm, response, latency, api_key)
 
-    def _completion(self, litellm: Any, response: Any, latency: float, api_key: str | None) -> Completion:
+    def _completion(
+        self, litellm: Any, response: Any, latency: float, api_key: str | None
+    ) -> Completion:
         try:
             text = response.choices[0].message.content
         except (AttributeError, IndexError, TypeError):
@@ -116,12 +118,14 @@ class LiteLLMClient:
         else:
             try:
                 cost = float(litellm.completion_cost(completion_response=response) or 0.0)
-            except Exception:  # litellm raises for models missing from its price table
+            except Exception:  # noqa: BLE001 - litellm raises plain Exception for unpriced models
                 cost = 0.0
         return Completion(text, tokens_in, tokens_out, cost, latency)
 
 
-def _as_model_error(litellm: Any, error: Exception, model: str, api_key: str | None) -> ModelError | None:
+def _as_model_error(
+    litellm: Any, error: Exception, model: str, api_key: str | None
+) -> ModelError | None:
     """The ModelError for a provider failure, or None when ``error`` is not one (a bug)."""
     exceptions = litellm.exceptions
     status = getattr(error, "status_code", None)
@@ -134,13 +138,17 @@ def _as_model_error(litellm: Any, error: Exception, model: str, api_key: str | N
     if isinstance(error, exceptions.APIConnectionError) and status in (None, 500):
         return ModelError(f"cannot reach {model}: {detail}", retryable=True, status=None)
     if isinstance(error, exceptions.AuthenticationError):
-        return ModelError(f"{model} rejected the API key (401): {detail}", retryable=False, status=401)
+        return ModelError(
+            f"{model} rejected the API key (401): {detail}", retryable=False, status=401
+        )
     if isinstance(error, exceptions.PermissionDeniedError):
         return ModelError(f"{model} denied access (403): {detail}", retryable=False, status=403)
     if isinstance(error, exceptions.NotFoundError):
         return ModelError(f"{model} was not found (404): {detail}", retryable=False, status=404)
     if isinstance(error, exceptions.BadRequestError):
-        return ModelError(f"{model} rejected the request (400): {detail}", retryable=False, status=400)
+        return ModelError(
+            f"{model} rejected the request (400): {detail}", retryable=False, status=400
+        )
     known = tuple(
         getattr(exceptions, name)
         for name in ("APIError", "OpenAIError", "InternalServerError", "ServiceUnavailableError")

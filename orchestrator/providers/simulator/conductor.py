@@ -14,10 +14,19 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.engine.grading import ExpressionError, evaluate_expression, extract_answer, last_code_block
+from orchestrator.engine.grading import (
+    ExpressionError,
+    evaluate_expression,
+    extract_answer,
+    last_code_block,
+)
 from orchestrator.engine.plan import format_workflow
 from orchestrator.engine.types import ALL, Access, Completion, Message, StepSpec, Workflow
-from orchestrator.providers.simulator.reading import ConductorPrompt, PoolEntry, read_conductor_prompt
+from orchestrator.providers.simulator.reading import (
+    ConductorPrompt,
+    PoolEntry,
+    read_conductor_prompt,
+)
 from orchestrator.providers.simulator.solving import countdown_puzzle
 from orchestrator.providers.simulator.suite import DOMAINS, task_for_question
 from orchestrator.providers.simulator.worker import (
@@ -32,7 +41,9 @@ from orchestrator.providers.simulator.worker import (
 ANSWER_LINE = 'End with a final line "Answer: ...".'
 CODE_BLOCK = "Reply with the final code in one fenced python block."
 
-_SKILL = re.compile(rf"\b({'|'.join(DOMAINS)})\s*[:=]?\s*(0(?:\.\d+)?|1(?:\.0+)?|\.\d+)\b", re.I)
+_SKILL = re.compile(
+    rf"\b({'|'.join(DOMAINS)})\s*[:=]?\s*(0(?:\.\d+)?|1(?:\.0+)?|\.\d+)\b", re.IGNORECASE
+)
 _FUNCTION = re.compile(r"`(\w+)\(")
 
 
@@ -63,7 +74,7 @@ def guess_domain(question: str) -> str:
     """The domain of a question outside the suite, from its wording."""
     if countdown_puzzle(question):
         return "countdown"
-    if re.search(r"\b(def|function|python|code|implement)\b", question, re.I):
+    if re.search(r"\b(def|function|python|code|implement)\b", question, re.IGNORECASE):
         return "code"
     if re.search(r"\d", question):
         return "arithmetic"
@@ -99,7 +110,7 @@ def self_check(domain: str, question: str, answer: str) -> str:
         if wanted and wanted.group(1) not in defined:
             return f"does not define {wanted.group(1)}"
         return ""
-    if not re.search(r"^[\s>*_#-]*answer[\s*_]*:", answer, re.I | re.M):
+    if not re.search(r"^[\s>*_#-]*answer[\s*_]*:", answer, re.IGNORECASE | re.MULTILINE):
         return 'has no final "Answer:" line'
     if domain == "countdown":
         puzzle = countdown_puzzle(question)
@@ -143,7 +154,7 @@ class SimulatedConductor:
         if prompt is None or not prompt.workers:
             return (
                 f"{label} This is the offline simulated conductor. It needs the conductor prompt "
-                "(a \"## Workers\" list and a \"## Question\") to write a workflow; none was found."
+                '(a "## Workers" list and a "## Question") to write a workflow; none was found.'
             )
         task = task_for_question(prompt.question)
         domain = task.domain if task else guess_domain(prompt.question)
@@ -183,11 +194,20 @@ class SimulatedConductor:
                 "Combine the candidate expressions above: check each against the given numbers "
                 f"and the target and give one that is correct. {ANSWER_LINE}"
             )
-            return [
-                StepSpec(best, f"{note}Find an expression that reaches the target. {ANSWER_LINE}", ()),
-                StepSpec(second, f"{note}Find an expression that reaches the target, on your own. {ANSWER_LINE}", ()),
-                StepSpec(best, combine, ALL),
-            ], f"A search puzzle: best of two independent attempts (Models {best}, {second}), then Model {best} combines."
+            return (
+                [
+                    StepSpec(
+                        best, f"{note}Find an expression that reaches the target. {ANSWER_LINE}", ()
+                    ),
+                    StepSpec(
+                        second,
+                        f"{note}Find an expression that reaches the target, on your own. {ANSWER_LINE}",
+                        (),
+                    ),
+                    StepSpec(best, combine, ALL),
+                ],
+                f"A search puzzle: best of two independent attempts (Models {best}, {second}), then Model {best} combines.",
+            )
 
         if domain == "code" and limit >= 3:
             return [
@@ -197,7 +217,9 @@ class SimulatedConductor:
                     "cases. No code yet.",
                     (),
                 ),
-                StepSpec(second, f"Implement the function following the plan above. {CODE_BLOCK}", ALL),
+                StepSpec(
+                    second, f"Implement the function following the plan above. {CODE_BLOCK}", ALL
+                ),
                 StepSpec(
                     best,
                     f"Review the implementation above against the task and its edge cases and fix "

@@ -79,21 +79,53 @@ ELEMENT_SYMBOLS: tuple[tuple[str, str, str], ...] = (
 # (question, options, index of the correct option)
 MULTIPLE_CHOICE: tuple[tuple[str, tuple[str, ...], int], ...] = (
     ("Which planet is closest to the Sun?", ("Venus", "Mercury", "Mars", "Earth"), 1),
-    ("Which planet has the most mass in the Solar System?", ("Saturn", "Neptune", "Jupiter", "Earth"), 2),
+    (
+        "Which planet has the most mass in the Solar System?",
+        ("Saturn", "Neptune", "Jupiter", "Earth"),
+        2,
+    ),
     ("What is the largest ocean on Earth?", ("Atlantic", "Indian", "Arctic", "Pacific"), 3),
     ("How many sides does a hexagon have?", ("Five", "Six", "Seven", "Eight"), 1),
-    ("Which gas makes up most of Earth's atmosphere?", ("Oxygen", "Carbon dioxide", "Nitrogen", "Argon"), 2),
-    ("Who wrote 'Pride and Prejudice'?", ("Jane Austen", "Charlotte Brontë", "George Eliot", "Mary Shelley"), 0),
+    (
+        "Which gas makes up most of Earth's atmosphere?",
+        ("Oxygen", "Carbon dioxide", "Nitrogen", "Argon"),
+        2,
+    ),
+    (
+        "Who wrote 'Pride and Prejudice'?",
+        ("Jane Austen", "Charlotte Brontë", "George Eliot", "Mary Shelley"),
+        0,
+    ),
     ("What is the hardest natural mineral?", ("Quartz", "Corundum", "Topaz", "Diamond"), 3),
-    ("What is the boiling point of water at sea level in degrees Celsius?", ("90", "100", "110", "212"), 1),
+    (
+        "What is the boiling point of water at sea level in degrees Celsius?",
+        ("90", "100", "110", "212"),
+        1,
+    ),
     ("Which organ produces insulin?", ("Liver", "Kidney", "Pancreas", "Spleen"), 2),
-    ("What is the longest river in South America?", ("Amazon", "Paraná", "Orinoco", "São Francisco"), 0),
+    (
+        "What is the longest river in South America?",
+        ("Amazon", "Paraná", "Orinoco", "São Francisco"),
+        0,
+    ),
     ("How many bits are in a byte?", ("4", "8", "16", "32"), 1),
     ("Which of these is a prime number?", ("21", "27", "29", "33"), 2),
     ("What is the chemical formula of table salt?", ("KCl", "NaCl", "NaOH", "CaCl2"), 1),
-    ("Which language is primarily spoken in Brazil?", ("Spanish", "Portuguese", "French", "Italian"), 1),
-    ("What is the smallest unit of life that can replicate independently?", ("Atom", "Molecule", "Cell", "Organ"), 2),
+    (
+        "Which language is primarily spoken in Brazil?",
+        ("Spanish", "Portuguese", "French", "Italian"),
+        1,
+    ),
+    (
+        "What is the smallest unit of life that can replicate independently?",
+        ("Atom", "Molecule", "Cell", "Organ"),
+        2,
+    ),
     ("In which year did the first person walk on the Moon?", ("1961", "1965", "1969", "1972"), 2),
     ("Which metal is liquid at room temperature?", ("Mercury", "Gallium", "Sodium", "Lead"), 0),
-    ("What is the speed of light in vacuum, approximately, in km/s?", ("30,000", "300,000", "3,000,000", "3,000"), 1),
+    (
+        "What is the speed of light in vacuum, approximately, in km/s?",
+        ("30,000", "300,000", "3,000,000", "3,000"),
+        1,
+    ),
 )

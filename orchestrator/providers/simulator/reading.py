@@ -27,7 +27,9 @@ class WorkerTurn:
     visible: tuple[tuple[str, str], ...]
 
     def context_text(self) -> str:
-        return "\n\x1e".join(f"{instruction}\n\x1f{response}" for instruction, response in self.visible)
+        return "\n\x1e".join(
+            f"{instruction}\n\x1f{response}" for instruction, response in self.visible
+        )
 
 
 def _split_question(content: str) -> tuple[str, str] | None:
@@ -109,7 +111,11 @@ def read_conductor_prompt(messages: Sequence[Message]) -> ConductorPrompt | None
     messages do not contain one (no "## Workers" and "## Question" sections)."""
     user_messages = [m.get("content", "") for m in messages if m.get("role") == "user"]
     prompt_index = next(
-        (i for i, content in enumerate(user_messages) if "## Workers" in content and "## Question" in content),
+        (
+            i
+            for i, content in enumerate(user_messages)
+            if "## Workers" in content and "## Question" in content
+        ),
         None,
     )
     if prompt_index is None:

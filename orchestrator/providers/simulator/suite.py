@@ -66,11 +66,17 @@ def _bakery(rng: random.Random) -> tuple[str, str, list[str]]:
         f"A baker bakes {trays} trays of {per_tray} cookies each and sells {sold} cookies. "
         "How many cookies are left?"
     )
-    return question, f"{trays} * {per_tray} - {sold}", [
-        f"{trays} * {per_tray} + {sold}",
-        f"{trays} + {per_tray} - {sold}" if trays + per_tray > sold else f"{trays} * {per_tray}",
-        f"({trays} - 1) * {per_tray} - {sold}",
-    ]
+    return (
+        question,
+        f"{trays} * {per_tray} - {sold}",
+        [
+            f"{trays} * {per_tray} + {sold}",
+            f"{trays} + {per_tray} - {sold}"
+            if trays + per_tray > sold
+            else f"{trays} * {per_tray}",
+            f"({trays} - 1) * {per_tray} - {sold}",
+        ],
+    )
 
 
 def _train(rng: random.Random) -> tuple[str, str, list[str]]:
@@ -79,25 +85,37 @@ def _train(rng: random.Random) -> tuple[str, str, list[str]]:
         f"A train travels at {v} km/h for {t} hours and then at {w} km/h for {u} hours. "
         "How many kilometres does it travel in total?"
     )
-    return question, f"{v} * {t} + {w} * {u}", [
-        f"({v} + {w}) * ({t} + {u}) / 2",
-        f"{v} * {t} + {w}",
-        f"{v} * {u} + {w} * {t}",
-    ]
+    return (
+        question,
+        f"{v} * {t} + {w} * {u}",
+        [
+            f"({v} + {w}) * ({t} + {u}) / 2",
+            f"{v} * {t} + {w}",
+            f"{v} * {u} + {w} * {t}",
+        ],
+    )
 
 
 def _change(rng: random.Random) -> tuple[str, str, list[str]]:
-    name, count, price = rng.choice(_NAMES), rng.randint(2, 9), rng.choice((1.25, 2.5, 3.75, 4.5, 6))
+    name, count, price = (
+        rng.choice(_NAMES),
+        rng.randint(2, 9),
+        rng.choice((1.25, 2.5, 3.75, 4.5, 6)),
+    )
     bill = 50 if count * price < 50 else 100
     question = (
         f"{name} buys {count} notebooks at ${price:.2f} each and pays with a ${bill} bill. "
         "How much change, in dollars, does {name} get?"
     ).replace("{name}", name)
-    return question, f"{bill} - {count} * {price}", [
-        f"{bill} - {price}",
-        f"{bill} - ({count} - 1) * {price}",
-        f"{count} * {price}",
-    ]
+    return (
+        question,
+        f"{bill} - {count} * {price}",
+        [
+            f"{bill} - {price}",
+            f"{bill} - ({count} - 1) * {price}",
+            f"{count} * {price}",
+        ],
+    )
 
 
 def _tank(rng: random.Random) -> tuple[str, str, list[str]]:
@@ -109,24 +127,36 @@ def _tank(rng: random.Random) -> tuple[str, str, list[str]]:
         f"An empty tank holds {capacity} litres and is filled at {rate} litres per minute. "
         f"How many minutes does it take to become {percent}% full?"
     )
-    return question, f"{capacity} * {percent} / 100 / {rate}", [
-        f"{capacity} / {rate}",
-        f"{capacity} * {percent} / 100",
-        f"{capacity} * (100 - {percent}) / 100 / {rate}",
-    ]
+    return (
+        question,
+        f"{capacity} * {percent} / 100 / {rate}",
+        [
+            f"{capacity} / {rate}",
+            f"{capacity} * {percent} / 100",
+            f"{capacity} * (100 - {percent}) / 100 / {rate}",
+        ],
+    )
 
 
 def _discount(rng: random.Random) -> tuple[str, str, list[str]]:
-    price, discount, tax = rng.choice((40, 60, 80, 120, 200, 250)), rng.choice((10, 20, 25)), rng.choice((5, 8, 10))
+    price, discount, tax = (
+        rng.choice((40, 60, 80, 120, 200, 250)),
+        rng.choice((10, 20, 25)),
+        rng.choice((5, 8, 10)),
+    )
     question = (
         f"A jacket costs ${price}. It is discounted by {discount}%, and then a {tax}% sales tax is "
         "added to the discounted price. What is the final price in dollars?"
     )
-    return question, f"{price} * (100 - {discount}) / 100 * (100 + {tax}) / 100", [
-        f"{price} * (100 - {discount} + {tax}) / 100",
-        f"{price} * (100 - {discount}) / 100",
-        f"{price} * (100 + {discount}) / 100 * (100 + {tax}) / 100",
-    ]
+    return (
+        question,
+        f"{price} * (100 - {discount}) / 100 * (100 + {tax}) / 100",
+        [
+            f"{price} * (100 - {discount} + {tax}) / 100",
+            f"{price} * (100 - {discount}) / 100",
+            f"{price} * (100 + {discount}) / 100 * (100 + {tax}) / 100",
+        ],
+    )
 
 
 def _clubs(rng: random.Random) -> tuple[str, str, list[str]]:
@@ -138,13 +168,17 @@ def _clubs(rng: random.Random) -> tuple[str, str, list[str]]:
         f"A school has {students} students. {percent}% of them play football, and of the football "
         f"players, 1 in every {per} also plays chess. How many students play both?"
     )
-    return question, f"{students} * {percent} / 100 / {per}", [
-        f"{students} / {per}",
-        f"{students} * {percent} / 100",
-        f"{students} * {percent} / 100 - {students} / {per}"
-        if percent * per > 100
-        else f"{students} * (100 - {percent}) / 100 / {per}",
-    ]
+    return (
+        question,
+        f"{students} * {percent} / 100 / {per}",
+        [
+            f"{students} / {per}",
+            f"{students} * {percent} / 100",
+            f"{students} * {percent} / 100 - {students} / {per}"
+            if percent * per > 100
+            else f"{students} * (100 - {percent}) / 100 / {per}",
+        ],
+    )
 
 
 def _garden(rng: random.Random) -> tuple[str, str, list[str]]:
@@ -153,24 +187,37 @@ def _garden(rng: random.Random) -> tuple[str, str, list[str]]:
         f"A rectangular garden is {length} m long and {width} m wide. A path {path} m wide runs "
         "around the outside of it. What is the area of the path in square metres?"
     )
-    return question, f"({length} + 2 * {path}) * ({width} + 2 * {path}) - {length} * {width}", [
-        f"({length} + {path}) * ({width} + {path}) - {length} * {width}",
-        f"2 * ({length} + {width}) * {path}",
-        f"({length} + 2 * {path}) * ({width} + 2 * {path})",
-    ]
+    return (
+        question,
+        f"({length} + 2 * {path}) * ({width} + 2 * {path}) - {length} * {width}",
+        [
+            f"({length} + {path}) * ({width} + {path}) - {length} * {width}",
+            f"2 * ({length} + {width}) * {path}",
+            f"({length} + 2 * {path}) * ({width} + 2 * {path})",
+        ],
+    )
 
 
 def _reading(rng: random.Random) -> tuple[str, str, list[str]]:
-    name, weekday, weekend, weeks = rng.choice(_NAMES), rng.randint(10, 40), rng.randint(20, 80), rng.randint(2, 8)
+    name, weekday, weekend, weeks = (
+        rng.choice(_NAMES),
+        rng.randint(10, 40),
+        rng.randint(20, 80),
+        rng.randint(2, 8),
+    )
     question = (
         f"{name} reads {weekday} pages on each weekday and {weekend} pages on each day of the "
         f"weekend. How many pages does {name} read in {weeks} weeks?"
     )
-    return question, f"{weeks} * (5 * {weekday} + 2 * {weekend})", [
-        f"{weeks} * 7 * {weekday}",
-        f"{weeks} * ({weekday} + {weekend})",
-        f"{weeks} * (5 * {weekday} + {weekend})",
-    ]
+    return (
+        question,
+        f"{weeks} * (5 * {weekday} + 2 * {weekend})",
+        [
+            f"{weeks} * 7 * {weekday}",
+            f"{weeks} * ({weekday} + {weekend})",
+            f"{weeks} * (5 * {weekday} + {weekend})",
+        ],
+    )
 
 
 def _average(rng: random.Random) -> tuple[str, str, list[str]]:
@@ -180,11 +227,15 @@ def _average(rng: random.Random) -> tuple[str, str, list[str]]:
         f"The average of {count} numbers is {mean}. After one more number is added, the average "
         f"is {new_mean}. What number was added?"
     )
-    return question, f"({count} + 1) * {new_mean} - {count} * {mean}", [
-        f"{new_mean} + ({new_mean} - {mean})",
-        f"{count} * {new_mean} - {count} * {mean}",
-        f"({count} + 1) * {mean} - {count} * {new_mean}",
-    ]
+    return (
+        question,
+        f"({count} + 1) * {new_mean} - {count} * {mean}",
+        [
+            f"{new_mean} + ({new_mean} - {mean})",
+            f"{count} * {new_mean} - {count} * {mean}",
+            f"({count} + 1) * {mean} - {count} * {new_mean}",
+        ],
+    )
 
 
 def _factory(rng: random.Random) -> tuple[str, str, list[str]]:
@@ -194,15 +245,28 @@ def _factory(rng: random.Random) -> tuple[str, str, list[str]]:
         f"A machine makes {per_hour} parts per hour and runs {hours} hours a day for {days} days. "
         f"{faulty}% of the parts are faulty. How many good parts does it make?"
     )
-    return question, f"{per_hour} * {hours} * {days} * (100 - {faulty}) / 100", [
-        f"{per_hour} * {hours} * {days} * {faulty} / 100",
-        f"{per_hour} * {hours} * {days} - {faulty}",
-        f"{per_hour} * {hours} * (100 - {faulty}) / 100",
-    ]
+    return (
+        question,
+        f"{per_hour} * {hours} * {days} * (100 - {faulty}) / 100",
+        [
+            f"{per_hour} * {hours} * {days} * {faulty} / 100",
+            f"{per_hour} * {hours} * {days} - {faulty}",
+            f"{per_hour} * {hours} * (100 - {faulty}) / 100",
+        ],
+    )
 
 
 _ARITHMETIC_TEMPLATES: tuple[ArithmeticTemplate, ...] = (
-    _bakery, _train, _change, _tank, _discount, _clubs, _garden, _reading, _average, _factory,
+    _bakery,
+    _train,
+    _change,
+    _tank,
+    _discount,
+    _clubs,
+    _garden,
+    _reading,
+    _average,
+    _factory,
 )
 
 
@@ -351,9 +415,19 @@ _CODE_TEMPLATES: tuple[_CodeTemplate, ...] = (
             f"    return sum(i for i in range(1, n + 1) if i % {a} == 0 or i % {b} == 0)\n"
         ),
         inputs=lambda a, b: [(1,), (10,), (a * b,), (3 * a,), (100,)],
-        plan=lambda a, b: "Loop over 1..n-1 (strictly below n); add i when i % a == 0 or i % b == 0.",
-        misleading_plan=lambda a, b: "Loop over 1..n inclusive and add the multiples of a and of b.",
-        variants=({"a": 3, "b": 5}, {"a": 2, "b": 7}, {"a": 4, "b": 6}, {"a": 3, "b": 11}, {"a": 5, "b": 8}),
+        plan=lambda a, b: (
+            "Loop over 1..n-1 (strictly below n); add i when i % a == 0 or i % b == 0."
+        ),
+        misleading_plan=lambda a, b: (
+            "Loop over 1..n inclusive and add the multiples of a and of b."
+        ),
+        variants=(
+            {"a": 3, "b": 5},
+            {"a": 2, "b": 7},
+            {"a": 4, "b": 6},
+            {"a": 3, "b": 11},
+            {"a": 5, "b": 8},
+        ),
     ),
     _CodeTemplate(
         function="count_letters",
@@ -362,17 +436,31 @@ _CODE_TEMPLATES: tuple[_CodeTemplate, ...] = (
             "ignoring case"
         ),
         correct=lambda letters: (
-            "def count_letters(s):\n"
-            f"    return sum(1 for c in s.lower() if c in {letters!r})\n"
+            f"def count_letters(s):\n    return sum(1 for c in s.lower() if c in {letters!r})\n"
         ),
         buggy=lambda letters: (
-            "def count_letters(s):\n"
-            f"    return sum(1 for c in s if c in {letters!r})\n"
+            f"def count_letters(s):\n    return sum(1 for c in s if c in {letters!r})\n"
         ),
-        inputs=lambda letters: [("",), (letters,), (letters.upper(),), ("Hello World, ABC xyz!",), ("Mississippi RIVER",)],
-        plan=lambda letters: "Lower-case s first, then count characters that are in the letter set.",
-        misleading_plan=lambda letters: "Count characters of s that are in the letter set as given.",
-        variants=({"letters": "aeiou"}, {"letters": "xyz"}, {"letters": "rstln"}, {"letters": "aeiouy"}, {"letters": "bcd"}),
+        inputs=lambda letters: [
+            ("",),
+            (letters,),
+            (letters.upper(),),
+            ("Hello World, ABC xyz!",),
+            ("Mississippi RIVER",),
+        ],
+        plan=lambda letters: (
+            "Lower-case s first, then count characters that are in the letter set."
+        ),
+        misleading_plan=lambda letters: (
+            "Count characters of s that are in the letter set as given."
+        ),
+        variants=(
+            {"letters": "aeiou"},
+            {"letters": "xyz"},
+            {"letters": "rstln"},
+            {"letters": "aeiouy"},
+            {"letters": "bcd"},
+        ),
     ),
     _CodeTemplate(
         function="fizz",
@@ -401,8 +489,12 @@ _CODE_TEMPLATES: tuple[_CodeTemplate, ...] = (
             "    return out\n"
         ),
         inputs=lambda p, q, w1, w2: [(0,), (1,), (p * q,), (2 * p * q + 1,)],
-        plan=lambda p, q, w1, w2: "Build each word from both divisibility tests together, so both words appear when both divide.",
-        misleading_plan=lambda p, q, w1, w2: "Test divisibility by p first, else by q, else use the number.",
+        plan=lambda p, q, w1, w2: (
+            "Build each word from both divisibility tests together, so both words appear when both divide."
+        ),
+        misleading_plan=lambda p, q, w1, w2: (
+            "Test divisibility by p first, else by q, else use the number."
+        ),
         variants=(
             {"p": 3, "q": 5, "w1": "Fizz", "w2": "Buzz"},
             {"p": 2, "q": 3, "w1": "Foo", "w2": "Bar"},
@@ -427,9 +519,19 @@ _CODE_TEMPLATES: tuple[_CodeTemplate, ...] = (
             "def shift_letters(s):\n"
             f"    return ''.join(chr(ord(c) + {k}) if 'a' <= c <= 'z' else c for c in s)\n"
         ),
-        inputs=lambda k: [("",), ("abc",), ("xyz",), ("Hello, World!",), ("the quick brown fox jumps",)],
-        plan=lambda k: "Map each lowercase letter through (ord(c) - 97 + k) % 26 + 97 so it wraps; keep others.",
-        misleading_plan=lambda k: "Add k to the character code of each lowercase letter; keep others.",
+        inputs=lambda k: [
+            ("",),
+            ("abc",),
+            ("xyz",),
+            ("Hello, World!",),
+            ("the quick brown fox jumps",),
+        ],
+        plan=lambda k: (
+            "Map each lowercase letter through (ord(c) - 97 + k) % 26 + 97 so it wraps; keep others."
+        ),
+        misleading_plan=lambda k: (
+            "Add k to the character code of each lowercase letter; keep others."
+        ),
         variants=({"k": 3}, {"k": 5}, {"k": 7}, {"k": 13}, {"k": 20}),
     ),
     _CodeTemplate(
@@ -453,9 +555,19 @@ _CODE_TEMPLATES: tuple[_CodeTemplate, ...] = (
             "    return y\n"
         ),
         inputs=lambda a, b: [(0,), (1,), (2,), (10,), (25,)],
-        plan=lambda a, b: "Keep the pair (term i, term i+1), advance it n times and return the first of the pair.",
-        misleading_plan=lambda a, b: "Keep the pair of the last two terms, advance it n times and return the newer one.",
-        variants=({"a": 0, "b": 1}, {"a": 2, "b": 1}, {"a": 1, "b": 3}, {"a": 3, "b": 4}, {"a": 5, "b": 2}),
+        plan=lambda a, b: (
+            "Keep the pair (term i, term i+1), advance it n times and return the first of the pair."
+        ),
+        misleading_plan=lambda a, b: (
+            "Keep the pair of the last two terms, advance it n times and return the newer one."
+        ),
+        variants=(
+            {"a": 0, "b": 1},
+            {"a": 2, "b": 1},
+            {"a": 1, "b": 3},
+            {"a": 3, "b": 4},
+            {"a": 5, "b": 2},
+        ),
     ),
     _CodeTemplate(
         function="count_primes",
@@ -475,9 +587,17 @@ _CODE_TEMPLATES: tuple[_CodeTemplate, ...] = (
             f"    return sum(1 for p in range(2, n) if is_prime(p) and p % {m} == {r})\n"
         ),
         inputs=lambda m, r: [(1,), (2,), (50,), (_first_prime(m, r),), (200,)],
-        plan=lambda m, r: "Test every p from 2 to n inclusive for primality by trial division up to sqrt(p).",
+        plan=lambda m, r: (
+            "Test every p from 2 to n inclusive for primality by trial division up to sqrt(p)."
+        ),
         misleading_plan=lambda m, r: "Test every p in range(2, n) for primality by trial division.",
-        variants=({"m": 4, "r": 1}, {"m": 4, "r": 3}, {"m": 6, "r": 1}, {"m": 6, "r": 5}, {"m": 10, "r": 3}),
+        variants=(
+            {"m": 4, "r": 1},
+            {"m": 4, "r": 3},
+            {"m": 6, "r": 1},
+            {"m": 6, "r": 5},
+            {"m": 10, "r": 3},
+        ),
     ),
     _CodeTemplate(
         function="kth_largest",
@@ -495,9 +615,18 @@ _CODE_TEMPLATES: tuple[_CodeTemplate, ...] = (
             "    values = sorted(xs, reverse=True)\n"
             f"    return values[{k - 1}] if len(values) >= {k} else None\n"
         ),
-        inputs=lambda k: [([],), (list(range(k + 2)),), ([9, 9, 9] + list(range(k + 1)),), ([5] * (k + 1),)],
-        plan=lambda k: "Remove duplicates with set(), sort descending, and index k-1 if there are enough values.",
-        misleading_plan=lambda k: "Sort xs descending and take index k-1 if the list is long enough.",
+        inputs=lambda k: [
+            ([],),
+            (list(range(k + 2)),),
+            ([9, 9, 9] + list(range(k + 1)),),
+            ([5] * (k + 1),),
+        ],
+        plan=lambda k: (
+            "Remove duplicates with set(), sort descending, and index k-1 if there are enough values."
+        ),
+        misleading_plan=lambda k: (
+            "Sort xs descending and take index k-1 if the list is long enough."
+        ),
         variants=({"k": 2}, {"k": 3}, {"k": 4}, {"k": 5}, {"k": 6}),
     ),
     _CodeTemplate(
@@ -514,8 +643,15 @@ _CODE_TEMPLATES: tuple[_CodeTemplate, ...] = (
             "def chunk_sums(xs):\n"
             f"    return [sum(xs[i:i + {k}]) for i in range(0, len(xs) - {k} + 1, {k})]\n"
         ),
-        inputs=lambda k: [([],), (list(range(k)),), (list(range(3 * k + 1)),), ([7] * (2 * k - 1),)],
-        plan=lambda k: "Step i through range(0, len(xs), k) so the last, shorter chunk is included.",
+        inputs=lambda k: [
+            ([],),
+            (list(range(k)),),
+            (list(range(3 * k + 1)),),
+            ([7] * (2 * k - 1),),
+        ],
+        plan=lambda k: (
+            "Step i through range(0, len(xs), k) so the last, shorter chunk is included."
+        ),
         misleading_plan=lambda k: "Step i through range(0, len(xs) - k + 1, k) and sum each slice.",
         variants=({"k": 2}, {"k": 3}, {"k": 4}, {"k": 5}, {"k": 6}),
     ),
@@ -525,8 +661,7 @@ _CODE_TEMPLATES: tuple[_CodeTemplate, ...] = (
             f"returns the sum of the digits of the non-negative integer n, each raised to the power {p}"
         ),
         correct=lambda p: (
-            "def digit_power_sum(n):\n"
-            f"    return sum(int(d) ** {p} for d in str(n))\n"
+            f"def digit_power_sum(n):\n    return sum(int(d) ** {p} for d in str(n))\n"
         ),
         buggy=lambda p: (
             "def digit_power_sum(n):\n"
@@ -537,7 +672,9 @@ _CODE_TEMPLATES: tuple[_CodeTemplate, ...] = (
             "    return total\n"
         ),
         inputs=lambda p: [(0,), (7,), (153,), (9474,), (120034,)],
-        plan=lambda p: "Walk over every digit of str(n), including the leading one, and add digit ** p.",
+        plan=lambda p: (
+            "Walk over every digit of str(n), including the leading one, and add digit ** p."
+        ),
         misleading_plan=lambda p: "Peel digits with n % 10 while n > 9 and add each digit ** p.",
         variants=({"p": 1}, {"p": 2}, {"p": 3}, {"p": 4}, {"p": 5}),
     ),
@@ -550,7 +687,9 @@ def _ordinal(k: int) -> str:
 
 def _first_prime(m: int, r: int) -> int:
     candidate = max(r, 2)
-    while not (candidate % m == r and all(candidate % d for d in range(2, int(candidate**0.5) + 1))):
+    while not (
+        candidate % m == r and all(candidate % d for d in range(2, int(candidate**0.5) + 1))
+    ):
         candidate += 1
     return candidate
 
@@ -640,7 +779,9 @@ def _lookup_tasks() -> Iterator[Task]:
     for question, options, correct in facts.MULTIPLE_CHOICE:
         number += 1
         letters = "ABCDEFGH"[: len(options)]
-        shown = "\n".join(f"{letter}) {option}" for letter, option in zip(letters, options, strict=True))
+        shown = "\n".join(
+            f"{letter}) {option}" for letter, option in zip(letters, options, strict=True)
+        )
         yield Task(
             id=f"lookup-{number:03d}",
             domain="lookup",

@@ -45,10 +45,20 @@ SELF_REVIEW_FACTOR = 0.5
 # A reviewer occasionally "fixes" a correct answer into a wrong one.
 OVERCORRECTION = 0.15
 
-_COMBINE_WORDS = re.compile(r"\b(combine|aggregate|synthesi[sz]e|merge|best of|pick the best|choose the best|select the best)\b", re.I)
-_VERIFY_WORDS = re.compile(r"\b(verify|check|review|critique|critici[sz]e|correct|double-check|validate|reflect|improve|fix)\b", re.I)
-_SOLVE_WORDS = re.compile(r"\b(solve|implement|compute|calculate|answer|write the code|find)\b", re.I)
-_PLAN_WORDS = re.compile(r"\b(plan|outline|design|approach|algorithm|strategy|sketch)\b", re.I)
+_COMBINE_WORDS = re.compile(
+    r"\b(combine|aggregate|synthesi[sz]e|merge|best of|pick the best|choose the best|select the best)\b",
+    re.IGNORECASE,
+)
+_VERIFY_WORDS = re.compile(
+    r"\b(verify|check|review|critique|critici[sz]e|correct|double-check|validate|reflect|improve|fix)\b",
+    re.IGNORECASE,
+)
+_SOLVE_WORDS = re.compile(
+    r"\b(solve|implement|compute|calculate|answer|write the code|find)\b", re.IGNORECASE
+)
+_PLAN_WORDS = re.compile(
+    r"\b(plan|outline|design|approach|algorithm|strategy|sketch)\b", re.IGNORECASE
+)
 
 
 def role_for(instruction: str) -> Role:
@@ -152,7 +162,9 @@ class SimulatedWorker:
     # roles ---------------------------------------------------------------------------------------
 
     def _chance(self, turn: WorkerTurn, purpose: str) -> float:
-        return draw(self.seed, self.model, turn.question, turn.instruction, turn.context_text(), purpose)
+        return draw(
+            self.seed, self.model, turn.question, turn.instruction, turn.context_text(), purpose
+        )
 
     def _solve(self, task: Task, turn: WorkerTurn) -> tuple[Attempt, str]:
         skill = self.skill(task.domain)
@@ -233,10 +245,11 @@ class SimulatedWorker:
         )
         value = plain_arithmetic(turn.question or "")
         if value is not None:
-            return f"{honest} It can still evaluate plain arithmetic.\nAnswer: {format_number(value)}"
+            return (
+                f"{honest} It can still evaluate plain arithmetic.\nAnswer: {format_number(value)}"
+            )
         return honest
 
 
 def _kept(candidate: Candidate) -> Attempt:
     return Attempt(candidate.answer, "Same result as the earlier answer.")
-

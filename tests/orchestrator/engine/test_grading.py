@@ -74,7 +74,9 @@ def test_numeric_without_a_number_is_wrong():
 # choice ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("answer", ["B", "b", "(B)", "B) Mercury", "B. Mercury", "The answer is B", "option b"])
+@pytest.mark.parametrize(
+    "answer", ["B", "b", "(B)", "B) Mercury", "B. Mercury", "The answer is B", "option b"]
+)
 def test_choice_reads_the_letter(answer):
     assert grade(answer, "B", "choice") == 1.0
 
@@ -168,7 +170,9 @@ def test_code_under_test_has_no_network():
         "        return str(error)\n"
         "    return 'connected'\n"
     )
-    assert grade(answer, "assert probe() == 'network access is disabled while grading'", "code") == 1.0
+    assert (
+        grade(answer, "assert probe() == 'network access is disabled while grading'", "code") == 1.0
+    )
 
 
 def test_unknown_grader_kind_is_a_bug_not_a_wrong_answer():
@@ -177,7 +181,9 @@ def test_unknown_grader_kind_is_a_bug_not_a_wrong_answer():
 
 
 @settings(max_examples=300, deadline=None)
-@given(answer=st.text(max_size=200), kind=st.sampled_from(["exact", "numeric", "choice", "countdown"]))
+@given(
+    answer=st.text(max_size=200), kind=st.sampled_from(["exact", "numeric", "choice", "countdown"])
+)
 def test_no_answer_makes_a_grader_raise(answer, kind):
     reference = {"exact": "Paris", "numeric": "42", "choice": "C", "countdown": REFERENCE}[kind]
     assert grade(answer, reference, kind) in (0.0, 1.0)

@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
@@ -19,7 +20,7 @@ SECRET = "sk-test-0123456789abcdef-secret"
 class FakeOpenAI(BaseHTTPRequestHandler):
     """POST /v1/chat/completions; the model name picks the behaviour."""
 
-    requests: list[dict] = []
+    requests: ClassVar[list[dict]] = []
 
     def log_message(self, *args):  # keep test output quiet
         pass
@@ -41,7 +42,9 @@ class FakeOpenAI(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         authorization = self.headers.get("Authorization", "")
-        FakeOpenAI.requests.append({"path": self.path, "body": body, "authorization": authorization})
+        FakeOpenAI.requests.append(
+            {"path": self.path, "body": body, "authorization": authorization}
+        )
         if self.path != "/v1/chat/completions":
             return self._error(404, f"no route {self.path}")
         model = body["model"]
@@ -56,7 +59,9 @@ class FakeOpenAI(BaseHTTPRequestHandler):
         if model == "slow":
             time.sleep(2)
         if model == "guarded" and authorization != f"Bearer {SECRET}":
-            return self._error(401, f"Incorrect API key provided: {authorization.removeprefix('Bearer ')}")
+            return self._error(
+                401, f"Incorrect API key provided: {authorization.removeprefix('Bearer ')}"
+            )
         content = None if model == "silent" else f"echo: {body['messages'][-1]['content']}"
         self._reply(
             200,
@@ -66,7 +71,11 @@ class FakeOpenAI(BaseHTTPRequestHandler):
                 "created": 1_700_000_000,
                 "model": model,
                 "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": "stop",
+                    }
                 ],
                 "usage": {"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28},
             },
@@ -87,7 +96,14 @@ def server():
 @pytest.fixture(autouse=True)
 def offline(monkeypatch):
     """Fail the test if anything tries to resolve a host other than this machine."""
-    for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+    for proxy in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ):
         monkeypatch.delenv(proxy, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     outside: list[str] = []
@@ -110,7 +126,11 @@ MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "conten
 
 async def test_a_completion_brings_text_usage_cost_and_latency(server):
     client = make_client(
-        "openai/tiny", api_base=server, params={"temperature": 0.2, "max_tokens": 64}, price_in=2, price_out=8
+        "openai/tiny",
+        api_base=server,
+        params={"temperature": 0.2, "max_tokens": 64},
+        price_in=2,
+        price_out=8,
     )
     completion = await client.complete(MESSAGES, timeout=10)
     assert completion.text == "echo: ping"
@@ -144,7 +164,9 @@ async def test_a_rejected_key_is_not_retryable_and_never_shown(server, monkeypat
     client = make_client("openai/guarded", api_base=server, api_key_env=KEY_ENV)
     with pytest.raises(ModelError) as failure:
         await client.complete(MESSAGES, timeout=10)
-    assert FakeOpenAI.requests[-1]["authorization"] == f"Bearer {wrong}"  # the server echoed it back
+    assert (
+        FakeOpenAI.requests[-1]["authorization"] == f"Bearer {wrong}"
+    )  # the server echoed it back
     assert not failure.value.retryable and failure.value.status == 401
     assert wrong not in str(failure.value) and "must-not-leak" not in str(failure.value)
     captured = capfd.readouterr()
@@ -171,7 +193,9 @@ async def test_error_statuses_map_to_model_errors(server, model, status, retryab
         await client.complete(MESSAGES, timeout=10)
     assert failure.value.retryable is retryable
     assert failure.value.status == status
-    assert len([r for r in FakeOpenAI.requests if r["body"]["model"] == model]) == 1, "litellm retried"
+    assert len([r for r in FakeOpenAI.requests if r["body"]["model"] == model]) == 1, (
+        "litellm retried"
+    )
     assert time.perf_counter() - started < 5
 
 

@@ -26,7 +26,11 @@ def test_sim_models_get_the_simulator_and_others_get_litellm():
         "openai/gpt-5", api_base="http://h/v1", api_key_env="MY_KEY", params={"temperature": 0}
     )
     assert isinstance(remote, LiteLLMClient)
-    assert (remote.model, remote.api_base, remote.api_key_env) == ("openai/gpt-5", "http://h/v1", "MY_KEY")
+    assert (remote.model, remote.api_base, remote.api_key_env) == (
+        "openai/gpt-5",
+        "http://h/v1",
+        "MY_KEY",
+    )
 
 
 def test_skills_can_be_overridden_and_unknown_profiles_are_average():
@@ -48,7 +52,10 @@ def test_the_demo_pool_is_labelled_simulated_and_varied():
     assert 4 <= len(pool.workers) <= 5
     assert len({w.model for w in pool.workers}) == len(pool.workers)
     assert len({w.name for w in pool.workers}) == len(pool.workers)
-    assert all("simulated" in w.name.lower() and w.description.startswith("Simulated worker.") for w in pool.workers)
+    assert all(
+        "simulated" in w.name.lower() and w.description.startswith("Simulated worker.")
+        for w in pool.workers
+    )
     latencies = [w.params["latency"] for w in pool.workers]
     assert all(0.3 <= latency <= 2.0 for latency in latencies) and len(set(latencies)) > 1
     assert len({(w.price_in, w.price_out) for w in pool.workers}) == len(pool.workers)
@@ -62,7 +69,9 @@ async def test_the_demo_pool_answers_suite_questions_end_to_end_through_the_cond
             name=w.name,
             model=w.model,
             description=w.description,
-            client=make_client(w.model, params=w.params, price_in=w.price_in, price_out=w.price_out),
+            client=make_client(
+                w.model, params=w.params, price_in=w.price_in, price_out=w.price_out
+            ),
         )
         for w in pool.workers
     ]
@@ -77,5 +86,7 @@ async def test_the_demo_pool_answers_suite_questions_end_to_end_through_the_cond
         assert result.status == "succeeded", (task.id, result.error)
         assert result.answer.startswith("[simulated sim/")
         assert result.totals.tokens_in > 0 and result.totals.cost > 0
-        correct += grade(extract_answer(result.answer, kind=task.grader), task.reference, task.grader)
+        correct += grade(
+            extract_answer(result.answer, kind=task.grader), task.reference, task.grader
+        )
     assert correct / len(tasks) >= 0.75

@@ -15,10 +15,11 @@ WORKERS = [
     for w in POOL.workers
 ]
 CONDUCTOR = SimulatedConductor()
+DEFAULTS = RunSettings()
 PROFILE = {i: w.model.removeprefix("sim/") for i, w in enumerate(POOL.workers)}
 
 
-def plan(question, *, settings=RunSettings(), workers=WORKERS, round=0, previous=None, extra=()):
+def plan(question, *, settings=DEFAULTS, workers=WORKERS, round=0, previous=None, extra=()):
     messages = conductor_messages(
         question=question, workers=workers, settings=settings, round=round, previous_answer=previous
     )
@@ -53,7 +54,9 @@ def test_workers_are_chosen_by_the_skills_in_their_descriptions():
     by_domain = {}
     for task in TASKS:
         _, workflow = plan(task.question)
-        by_domain.setdefault(task.domain, set()).add(tuple(PROFILE[s.worker] for s in workflow.steps))
+        by_domain.setdefault(task.domain, set()).add(
+            tuple(PROFILE[s.worker] for s in workflow.steps)
+        )
     assert by_domain["lookup"] == {("sage",)}  # best at lookups, and cheap
     assert by_domain["arithmetic"] == {("abacus", "summit")}  # strongest first, next best checks
     assert by_domain["code"] == {("forge", "summit", "forge")}  # the programmer plans and reviews
@@ -89,7 +92,9 @@ def test_binary_access_mode_uses_only_all_or_none():
 def test_a_correct_previous_answer_is_accepted():
     for task in TASKS[::3]:
         right = solve(task).answer
-        previous = f"```python\n{right}\n```" if task.domain == "code" else f"Work.\nAnswer: {right}"
+        previous = (
+            f"```python\n{right}\n```" if task.domain == "code" else f"Work.\nAnswer: {right}"
+        )
         raw, workflow = plan(task.question, round=1, previous=previous)
         assert workflow.accepts, (task.id, raw)
 
@@ -99,7 +104,9 @@ def test_a_previous_answer_that_fails_a_cheap_check_gets_a_repair_workflow():
     for task in countdown:
         near_miss = mistake(task, 0.0).answer
         raw, workflow = plan(task.question, round=1, previous=f"Answer: {near_miss}")
-        assert len(workflow.steps) >= 2 and "The previous answer" in workflow.steps[0].instruction, raw
+        assert (
+            len(workflow.steps) >= 2 and "The previous answer" in workflow.steps[0].instruction
+        ), raw
     code = next(t for t in TASKS if t.domain == "code")
     _, workflow = plan(code.question, round=1, previous="I would use a loop.")
     assert "has no fenced code block" in workflow.steps[0].instruction
@@ -117,7 +124,9 @@ def test_a_question_outside_the_suite_still_gets_a_workflow_and_says_so():
 def test_a_repair_turn_is_answered_with_a_usable_workflow():
     task = TASKS[70]
     _, first = plan(task.question)
-    _, again = plan(task.question, extra=[{"role": "assistant", "content": "oops"}, repair_message("bad")])
+    _, again = plan(
+        task.question, extra=[{"role": "assistant", "content": "oops"}, repair_message("bad")]
+    )
     assert again == first
 
 

@@ -13,6 +13,7 @@ from orchestrator.providers.simulator.worker import role_for
 TASKS = load_suite()
 NON_CODE = [task for task in TASKS if task.domain != "code"]
 CODE = [task for task in TASKS if task.domain == "code"]
+DEFAULTS = RunSettings()
 
 
 def worker(name: str, skill: float, **kwargs) -> SimulatedWorker:
@@ -23,7 +24,7 @@ def worker(name: str, skill: float, **kwargs) -> SimulatedWorker:
     )
 
 
-def messages(question, steps, index, responses, *, client, settings=RunSettings()):
+def messages(question, steps, index, responses, *, client, settings=DEFAULTS):
     info = WorkerInfo(name=client.model, model=client.model, description="", client=client)
     return build_messages(
         question=question,
@@ -36,7 +37,9 @@ def messages(question, steps, index, responses, *, client, settings=RunSettings(
 
 
 def answer(client, question, steps, index=0, responses=None, **kwargs) -> str:
-    return client.respond(messages(question, steps, index, responses or {}, client=client, **kwargs))
+    return client.respond(
+        messages(question, steps, index, responses or {}, client=client, **kwargs)
+    )
 
 
 def score(task, response: str) -> float:
@@ -57,7 +60,10 @@ def accuracy(tasks, responses) -> float:
         (PROPOSE, "solve"),
         (REFLECT, "verify"),
         (AGGREGATE, "combine"),
-        ("Outline the approach for this function: the key idea and the edge cases. No code yet.", "plan"),
+        (
+            "Outline the approach for this function: the key idea and the edge cases. No code yet.",
+            "plan",
+        ),
         ("Work out an efficient algorithm for this.", "plan"),
         ("Implement the algorithm above in Python.", "solve"),
         ("Check the answer above and correct it if needed.", "verify"),
@@ -77,7 +83,7 @@ def test_responses_are_labelled_simulated_and_end_with_an_answer():
         response = answer(client, task.question, [(SOLVE, ())])
         assert response.startswith("[simulated sim/tester] ")
         if task.domain == "code":
-            assert re.search(r"```python\n.+\n```$", response, re.S)
+            assert re.search(r"```python\n.+\n```$", response, re.DOTALL)
         else:
             assert re.search(r"\nAnswer: \S.*$", response)
 
@@ -102,7 +108,10 @@ def test_same_call_same_reply_and_the_seed_changes_the_draws():
 
 def test_a_verifier_that_sees_the_solution_beats_one_that_does_not():
     solver, verifier = worker("solver", 0.6), worker("checker", 0.7)
-    steps = [(SOLVE, ()), ("Verify the solution above and correct any mistake. " + SOLVE[-40:], ALL)]
+    steps = [
+        (SOLVE, ()),
+        ("Verify the solution above and correct any mistake. " + SOLVE[-40:], ALL),
+    ]
     blind = [(SOLVE, ()), (steps[1][0], ())]
     with_access, without_access = [], []
     for task in NON_CODE:
@@ -115,7 +124,10 @@ def test_a_verifier_that_sees_the_solution_beats_one_that_does_not():
 
 def test_a_coder_that_sees_a_sound_plan_does_better():
     planner, coder = worker("planner", 0.9), worker("coder", 0.4)
-    plan_steps = [("Outline the approach; no code yet.", ()), ("Implement the function following the plan above.", ALL)]
+    plan_steps = [
+        ("Outline the approach; no code yet.", ()),
+        ("Implement the function following the plan above.", ALL),
+    ]
     alone = [("Implement the function.", ())]
     planned, unplanned = [], []
     for task in CODE:
@@ -190,7 +202,9 @@ async def test_complete_counts_tokens_and_cost_from_message_lengths():
     expected_in = sum(-(-len(m["content"]) // 4) + 4 for m in sent)
     assert completion.tokens_in == expected_in
     assert completion.tokens_out == -(-len(completion.text) // 4)
-    assert completion.cost == pytest.approx((expected_in * 2.0 + completion.tokens_out * 10.0) / 1e6)
+    assert completion.cost == pytest.approx(
+        (expected_in * 2.0 + completion.tokens_out * 10.0) / 1e6
+    )
 
 
 async def test_latency_is_simulated_and_scaled_by_the_environment(monkeypatch):

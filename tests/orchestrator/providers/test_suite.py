@@ -22,7 +22,13 @@ def test_ids_and_questions_are_unique():
 
 
 def test_every_grader_kind_is_exercised():
-    assert {task.grader for task in load_suite()} == {"exact", "numeric", "choice", "countdown", "code"}
+    assert {task.grader for task in load_suite()} == {
+        "exact",
+        "numeric",
+        "choice",
+        "countdown",
+        "code",
+    }
 
 
 def test_the_suite_is_the_same_every_time_it_is_built():
@@ -39,14 +45,23 @@ def test_task_for_question_finds_a_task_by_its_exact_question():
     assert task_for_question("What is the meaning of life?") is None
 
 
+def _as_written(task, answer: str) -> str:
+    """An answer inside a reply, the way a worker writes it."""
+    return f"```python\n{answer}\n```" if task.grader == "code" else f"Work...\nAnswer: {answer}"
+
+
+def _score(task, answer: str) -> float:
+    return grade(
+        extract_answer(_as_written(task, answer), kind=task.grader), task.reference, task.grader
+    )
+
+
 def _grades(task):
-    right, wrong = solve(task), mistake(task, 0.5)
-    as_written = lambda answer: f"Work...\nAnswer: {answer}" if task.grader != "code" else f"```python\n{answer}\n```"  # noqa: E731
     return (
         task.id,
-        grade(extract_answer(as_written(task.solution), kind=task.grader), task.reference, task.grader),
-        grade(extract_answer(as_written(right.answer), kind=task.grader), task.reference, task.grader),
-        grade(extract_answer(as_written(wrong.answer), kind=task.grader), task.reference, task.grader),
+        _score(task, task.solution),
+        _score(task, solve(task).answer),
+        _score(task, mistake(task, 0.5).answer),
     )
 
 
