@@ -47,6 +47,13 @@ def _browser_available():
     pytest.skip(f"browser tests skipped: {reason}")
 
 
+@pytest.fixture(autouse=True)
+def _live_server_helper():
+    """Turn off pytest-django's helper for its own ``live_server``: it would set up the test
+    database for every test that names ``live_server``, and ours lives in another process."""
+    yield
+
+
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory, _browser_available) -> LiveServer:
     """A migrated, seeded Daphne server with inline execution, stopped at the end of the session.
