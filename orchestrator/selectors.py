@@ -97,9 +97,7 @@ def run_list(
     if strategy:
         runs = runs.filter(strategy=strategy)
     if worker:
-        runs = runs.filter(
-            Exists(Step.objects.filter(run_id=OuterRef("pk"), worker_name=worker))
-        )
+        runs = runs.filter(Exists(Step.objects.filter(run_id=OuterRef("pk"), worker_name=worker)))
     if created_after is not None:
         runs = runs.filter(created_at__gte=created_after)
     if created_before is not None:
@@ -113,12 +111,12 @@ def run_list(
     return (
         runs.select_related("pool", "created_by")
         .only(
-            *(
-                f.name for f in Run._meta.concrete_fields
-                if f.name not in RUN_LIST_DEFERRED
-            ),
-            "pool__id", "pool__name", "pool__conductor_model",
-            "created_by__id", "created_by__username",
+            *(f.name for f in Run._meta.concrete_fields if f.name not in RUN_LIST_DEFERRED),
+            "pool__id",
+            "pool__name",
+            "pool__conductor_model",
+            "created_by__id",
+            "created_by__username",
         )
         .order_by("-created_at", "-id")
     )
@@ -126,7 +124,12 @@ def run_list(
 
 def run_get(*, user: Any, run_id: int) -> Run | None:
     """One run the user may see, with its pool and creator; None if it is not there for them."""
-    return _visible_runs(user).select_related("pool", "created_by", "project").filter(pk=run_id).first()
+    return (
+        _visible_runs(user)
+        .select_related("pool", "created_by", "project")
+        .filter(pk=run_id)
+        .first()
+    )
 
 
 def run_detail(*, user: Any, run_id: int) -> Run | None:

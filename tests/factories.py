@@ -1,4 +1,4 @@
-"""Factories: build stored objects with sensible defaults, overriding only what a test cares about."""
+"""Factories: stored objects with sensible defaults; a test overrides only what it cares about."""
 
 from __future__ import annotations
 

@@ -10,11 +10,23 @@ from django.utils.text import slugify
 from orchestrator.models import Membership, Pool, Project, Worker
 
 POOL_FIELDS = (
-    "description", "conductor_model", "conductor_params", "max_steps", "max_rounds",
-    "access_mode", "show_worker_names",
+    "description",
+    "conductor_model",
+    "conductor_params",
+    "max_steps",
+    "max_rounds",
+    "access_mode",
+    "show_worker_names",
 )
 WORKER_FIELDS = (
-    "model", "description", "price_in", "price_out", "params", "api_base", "api_key_env", "enabled",
+    "model",
+    "description",
+    "price_in",
+    "price_out",
+    "params",
+    "api_base",
+    "api_key_env",
+    "enabled",
 )
 
 

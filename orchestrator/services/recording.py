@@ -223,8 +223,16 @@ def record_step_result(*, run_id: int, step: StepRecord) -> None:
         row.finished_at = timezone.now()
         row.save(
             update_fields=[
-                "status", "messages", "response", "tokens_in", "tokens_out", "cost", "latency",
-                "attempts", "error", "finished_at",
+                "status",
+                "messages",
+                "response",
+                "tokens_in",
+                "tokens_out",
+                "cost",
+                "latency",
+                "attempts",
+                "error",
+                "finished_at",
             ]
         )
         Run.objects.filter(pk=run_id).update(
@@ -265,8 +273,17 @@ def record_run_finished(*, run_id: int, result: RunResult, score: float | None) 
             run.started_at = run.finished_at
         run.save(
             update_fields=[
-                "status", "answer", "error", "score", "tokens_in", "tokens_out", "cost",
-                "model_calls", "wall_time", "finished_at", "started_at",
+                "status",
+                "answer",
+                "error",
+                "score",
+                "tokens_in",
+                "tokens_out",
+                "cost",
+                "model_calls",
+                "wall_time",
+                "finished_at",
+                "started_at",
             ]
         )
         events.publish(run_id, events.RUN_FINISHED, finished_event_data(run))

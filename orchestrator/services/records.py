@@ -30,7 +30,11 @@ def workflow_to_data(workflow: Workflow | None) -> list[dict[str, Any]] | None:
     if workflow is None:
         return None
     return [
-        {"worker": spec.worker, "instruction": spec.instruction, "access": access_to_data(spec.access)}
+        {
+            "worker": spec.worker,
+            "instruction": spec.instruction,
+            "access": access_to_data(spec.access),
+        }
         for spec in workflow.steps
     ]
 
@@ -40,7 +44,9 @@ def workflow_from_data(data: list[dict[str, Any]] | None) -> Workflow | None:
         return None
     return Workflow(
         tuple(
-            StepSpec(int(item["worker"]), str(item["instruction"]), access_from_data(item["access"]))
+            StepSpec(
+                int(item["worker"]), str(item["instruction"]), access_from_data(item["access"])
+            )
             for item in data
         )
     )

@@ -78,7 +78,9 @@ def run_create(
     if enabled_workers == 0:
         errors["pool"] = [f'Pool "{pool.name}" has no enabled worker.']
     if strategy not in STRATEGIES:
-        errors["strategy"] = [f'Unknown strategy "{strategy}". Choose one of: {", ".join(STRATEGIES)}.']
+        errors["strategy"] = [
+            f'Unknown strategy "{strategy}". Choose one of: {", ".join(STRATEGIES)}.'
+        ]
     else:
         try:
             build_strategy(strategy, conductor=_VALIDATION_ONLY_CLIENT, options=options)

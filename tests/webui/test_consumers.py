@@ -18,7 +18,9 @@ from webui.routing import websocket_urlpatterns
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-QUESTION = "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+QUESTION = (
+    "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+)
 
 
 def communicator_for(run_id: int, user, query: str = "") -> WebsocketCommunicator:
@@ -150,7 +152,11 @@ async def test_the_site_authenticates_websockets_with_the_session(sim_pool, view
     client = Client()
     await sync_to_async(client.force_login)(viewer)
     cookie = f"sessionid={client.cookies['sessionid'].value}".encode()
-    headers = [(b"cookie", cookie), (b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")]
+    headers = [
+        (b"cookie", cookie),
+        (b"origin", b"http://127.0.0.1:8000"),
+        (b"host", b"127.0.0.1:8000"),
+    ]
     communicator = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=headers)
     try:
         connected, _ = await communicator.connect()

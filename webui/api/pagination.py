@@ -33,7 +33,9 @@ class PagePagination(BasePagination):
         self.has_next = len(rows) > self.page_size
         return rows[: self.page_size]
 
-    def _positive_int(self, request: Request, name: str, default: int, *, maximum: int | None) -> int:
+    def _positive_int(
+        self, request: Request, name: str, default: int, *, maximum: int | None
+    ) -> int:
         raw = request.query_params.get(name)
         if raw in (None, ""):
             return default
@@ -80,7 +82,9 @@ class PagePagination(BasePagination):
                 "name": "page_size",
                 "required": False,
                 "in": "query",
-                "description": f"Runs per page (default {self.PAGE_SIZE}, at most {self.MAX_PAGE_SIZE}).",
+                "description": (
+                    f"Runs per page (default {self.PAGE_SIZE}, at most {self.MAX_PAGE_SIZE})."
+                ),
                 "schema": {"type": "integer", "minimum": 1, "maximum": self.MAX_PAGE_SIZE},
             },
         ]

@@ -45,12 +45,16 @@ class RunListCreateApi(APIView):
         status = serializers.ChoiceField(choices=Run.Status.choices, required=False)
         pool = serializers.IntegerField(required=False, min_value=1)
         strategy = serializers.ChoiceField(choices=STRATEGIES, required=False)
-        worker = serializers.CharField(required=False, max_length=100, help_text="A worker name used by any step.")
+        worker = serializers.CharField(
+            required=False, max_length=100, help_text="A worker name used by any step."
+        )
         created_after = serializers.DateTimeField(required=False)
         created_before = serializers.DateTimeField(required=False)
         score_min = serializers.FloatField(required=False)
         score_max = serializers.FloatField(required=False)
-        q = serializers.CharField(required=False, max_length=200, help_text="Text in the input or the answer.")
+        q = serializers.CharField(
+            required=False, max_length=200, help_text="Text in the input or the answer."
+        )
 
     class CreateInputSerializer(serializers.Serializer):
         input = serializers.CharField(help_text="The question.")
@@ -59,18 +63,27 @@ class RunListCreateApi(APIView):
         strategy_options = serializers.DictField(required=False, default=dict)
         reference = serializers.CharField(required=False, allow_blank=True, default="")
         grader = serializers.ChoiceField(
-            choices=["", *GRADER_KINDS], required=False, allow_blank=True, default="",
-            help_text="How the answer is checked against the reference; chosen from the reference when empty.",
+            choices=["", *GRADER_KINDS],
+            required=False,
+            allow_blank=True,
+            default="",
+            help_text="How the answer is checked; chosen from the reference's form when empty.",
         )
 
     pagination_class = PagePagination
 
     @extend_schema(
         operation_id="runs_list",
-        parameters=[FilterSerializer, *[
-            OpenApiParameter(name, OpenApiTypes.INT, description=text)
-            for name, text in (("page", "Page number, from 1."), ("page_size", "Runs per page (at most 200)."))
-        ]],
+        parameters=[
+            FilterSerializer,
+            *[
+                OpenApiParameter(name, OpenApiTypes.INT, description=text)
+                for name, text in (
+                    ("page", "Page number, from 1."),
+                    ("page_size", "Runs per page (at most 200)."),
+                )
+            ],
+        ],
         responses=RunSummaryOutputSerializer(many=True),
     )
     def get(self, request: Request) -> Response:

@@ -15,7 +15,9 @@ from orchestrator.models import Run
 from orchestrator.services import execution
 from orchestrator.services.runs import run_cancel, run_create
 
-QUESTION = "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+QUESTION = (
+    "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+)
 
 
 async def drain(layer, channel: str) -> list[dict]:

@@ -54,7 +54,10 @@ class CancelWhenFirstStepStarts(NullObserver):
 @pytest.mark.django_db(transaction=True)
 async def test_a_running_run_stops_at_its_next_step(sim_pool, call_log):
     run = await sync_to_async(run_create)(
-        pool=sim_pool, input=QUESTION, strategy="reflection", strategy_options={"rounds": 3},
+        pool=sim_pool,
+        input=QUESTION,
+        strategy="reflection",
+        strategy_options={"rounds": 3},
         enqueue=False,
     )
 
@@ -63,8 +66,15 @@ async def test_a_running_run_stops_at_its_next_step(sim_pool, call_log):
     await run.arefresh_from_db()
     assert run.status == Run.Status.CANCELLED
     assert len(call_log.calls) == 1  # step 0 ran to its end; steps 1 to 3 never started
-    statuses = [s async for s in Step.objects.filter(run=run).order_by("index").values_list("status", flat=True)]
+    statuses = [
+        s
+        async for s in Step.objects.filter(run=run)
+        .order_by("index")
+        .values_list("status", flat=True)
+    ]
     assert statuses == ["succeeded", "pending", "pending", "pending"]
     event = await sync_to_async(last_event)(run)
     assert event["type"] == "step.finished"  # written after the cancellation, nothing after it
-    assert not await RunEvent.objects.filter(run=run, type="run.finished", data__status="succeeded").aexists()
+    assert not await RunEvent.objects.filter(
+        run=run, type="run.finished", data__status="succeeded"
+    ).aexists()

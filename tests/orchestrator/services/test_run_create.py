@@ -9,7 +9,9 @@ from orchestrator.models import Run, RunEvent
 from orchestrator.services import execution
 from orchestrator.services.runs import run_create
 
-QUESTION = "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+QUESTION = (
+    "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+)
 
 
 def error_fields(excinfo) -> set[str]:
@@ -102,7 +104,11 @@ def test_grader_is_chosen_from_the_reference_when_not_given(sim_pool, reviewer, 
 
 def test_a_given_grader_is_kept(sim_pool, reviewer):
     run = run_create(
-        pool=sim_pool, input=QUESTION, reference="50", grader="exact", created_by=reviewer,
+        pool=sim_pool,
+        input=QUESTION,
+        reference="50",
+        grader="exact",
+        created_by=reviewer,
         enqueue=False,
     )
     assert run.grader == "exact"

@@ -10,7 +10,9 @@ from orchestrator.models import Plan, Run, RunEvent, Step
 from orchestrator.services.runs import run_create, run_execute
 from tests.orchestrator.services.conftest import SimulatedKill
 
-QUESTION = "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+QUESTION = (
+    "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+)
 
 
 @pytest.fixture
@@ -65,7 +67,9 @@ def test_totals_count_the_conductor_and_every_step(sim_pool, execute):
     attempts = [attempt for plan in plans for attempt in plan.attempts]
     assert attempts, "the simulated conductor's calls are recorded"
     assert run.tokens_in == sum(s.tokens_in for s in steps) + sum(a["tokens_in"] for a in attempts)
-    assert run.tokens_out == sum(s.tokens_out for s in steps) + sum(a["tokens_out"] for a in attempts)
+    assert run.tokens_out == sum(s.tokens_out for s in steps) + sum(
+        a["tokens_out"] for a in attempts
+    )
     assert run.model_calls == len(steps) + len(attempts)
     assert run.cost == pytest.approx(sum(s.cost for s in steps) + sum(a["cost"] for a in attempts))
     assert run.step_count == len(steps)
@@ -100,11 +104,16 @@ def test_events_tell_the_whole_run_in_order_without_gaps(
         "run.status",  # queued
         "run.status",  # planning
         "plan.created",
-        "step.created", "step.created", "step.created",
+        "step.created",
+        "step.created",
+        "step.created",
         "run.status",  # running
-        "step.started", "step.finished",
-        "step.started", "step.finished",
-        "step.started", "step.finished",
+        "step.started",
+        "step.finished",
+        "step.started",
+        "step.finished",
+        "step.started",
+        "step.finished",
         "run.status",  # planning: the strategy is asked for a next round (a fixed one has none)
         "run.finished",
     ]
@@ -128,7 +137,11 @@ def test_a_step_whose_model_fails_fails_the_run_cleanly(sim_pool, execute, call_
 
     from tests.orchestrator.services.conftest import CountingClient
 
-    monkeypatch.setattr(CountingClient, "complete", lambda self, messages, *, timeout: refuse(messages, timeout=timeout))
+    monkeypatch.setattr(
+        CountingClient,
+        "complete",
+        lambda self, messages, *, timeout: refuse(messages, timeout=timeout),
+    )
     run = execute(new_run(sim_pool, strategy="single"))
 
     assert run.status == Run.Status.FAILED
@@ -167,7 +180,9 @@ def test_a_finished_run_is_not_executed_again(sim_pool, execute, call_log):
     assert run.last_seq == events
 
 
-def test_a_killed_execution_resumes_without_calling_finished_steps_again(sim_pool, execute, call_log):
+def test_a_killed_execution_resumes_without_calling_finished_steps_again(
+    sim_pool, execute, call_log
+):
     run = new_run(sim_pool, strategy="reflection", strategy_options={"rounds": 3})
     call_log.kill_at_call = 3  # dies while sending the third step
     with pytest.raises(SimulatedKill):
@@ -182,7 +197,7 @@ def test_a_killed_execution_resumes_without_calling_finished_steps_again(sim_poo
     run = execute(run)
 
     assert run.status == Run.Status.SUCCEEDED, run.error
-    resumed_calls = call_log.calls[len(first_calls):]
+    resumed_calls = call_log.calls[len(first_calls) :]
     assert len(resumed_calls) == 2  # steps 2 and 3 only: 0 and 1 were not sent again
     steps = {s.index: s for s in Step.objects.filter(run=run)}
     for index, before in done.items():

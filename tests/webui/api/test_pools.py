@@ -16,14 +16,18 @@ def test_lists_enabled_workers_in_order(api_as, sim_pool, viewer):
     assert [pool["id"] for pool in body] == [sim_pool.pk]
     workers = body[0]["workers"]
     expected = list(
-        Worker.objects.filter(pool=sim_pool, enabled=True).order_by("position").values_list("name", flat=True)
+        Worker.objects.filter(pool=sim_pool, enabled=True)
+        .order_by("position")
+        .values_list("name", flat=True)
     )
     assert [worker["name"] for worker in workers] == expected and len(expected) == 4
     assert body[0]["is_simulated"] is True
     assert body[0]["can_run"] is False
 
 
-def test_only_admins_see_key_variable_names_and_never_a_key(api_as, sim_pool, viewer, project_admin, monkeypatch):
+def test_only_admins_see_key_variable_names_and_never_a_key(
+    api_as, sim_pool, viewer, project_admin, monkeypatch
+):
     monkeypatch.setenv("SECRET_FOR_TEST", "sk-do-not-leak")
     Worker.objects.filter(pool=sim_pool).update(api_key_env="SECRET_FOR_TEST")
 

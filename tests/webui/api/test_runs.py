@@ -15,7 +15,9 @@ from orchestrator.services import execution
 from orchestrator.services.runs import run_create, run_execute
 from tests.factories import make_plan, make_pool, make_run, make_step
 
-QUESTION = "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+QUESTION = (
+    "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+)
 RUNS_URL = reverse("api-run-list")
 
 
@@ -70,13 +72,17 @@ def test_bad_input_is_a_400_naming_the_field(api_as, sim_pool, reviewer, payload
 
 
 def test_viewers_may_not_create_runs(api_as, sim_pool, viewer):
-    response = api_as(viewer).post(RUNS_URL, {"input": QUESTION, "pool": sim_pool.pk}, format="json")
+    response = api_as(viewer).post(
+        RUNS_URL, {"input": QUESTION, "pool": sim_pool.pk}, format="json"
+    )
     assert response.status_code == 403
     assert not Run.objects.exists()
 
 
 def test_a_pool_of_another_project_is_unknown(api_as, sim_pool, outsider):
-    response = api_as(outsider).post(RUNS_URL, {"input": QUESTION, "pool": sim_pool.pk}, format="json")
+    response = api_as(outsider).post(
+        RUNS_URL, {"input": QUESTION, "pool": sim_pool.pk}, format="json"
+    )
     assert response.status_code == 400 and "pool" in response.json()
 
 
@@ -105,12 +111,16 @@ def test_list_is_newest_first_and_only_the_users_projects(api_as, sim_pool, view
 
     assert [run["id"] for run in body["results"]] == [newer.pk, older.pk]
     assert body["next"] is None and body["previous"] is None and body["page"] == 1
-    assert [run["input"] for run in api_as(outsider).get(RUNS_URL).json()["results"]] == ["elsewhere"]
+    assert [run["input"] for run in api_as(outsider).get(RUNS_URL).json()["results"]] == [
+        "elsewhere"
+    ]
 
 
 def test_list_filters(api_as, sim_pool, viewer):
     failed = make_run(pool=sim_pool, status=Run.Status.FAILED, input="the failing one", score=0.0)
-    good = make_run(pool=sim_pool, status=Run.Status.SUCCEEDED, strategy="moa", answer="Answer: 50", score=1.0)
+    good = make_run(
+        pool=sim_pool, status=Run.Status.SUCCEEDED, strategy="moa", answer="Answer: 50", score=1.0
+    )
     make_step(run=good, worker_name="Abacus (simulated)")
     old = make_run(pool=sim_pool, strategy="single")
     Run.objects.filter(pk=old.pk).update(created_at=timezone.now() - dt.timedelta(days=10))
@@ -180,8 +190,13 @@ def test_runs_of_other_projects_are_404(api_as, sim_pool, outsider):
 
 def test_graph(api_as, sim_pool, viewer):
     run = make_run(pool=sim_pool)
-    make_plan(run=run, workflow=[{"worker": 0, "instruction": "a", "access": []},
-                                 {"worker": 1, "instruction": "b", "access": "all"}])
+    make_plan(
+        run=run,
+        workflow=[
+            {"worker": 0, "instruction": "a", "access": []},
+            {"worker": 1, "instruction": "b", "access": "all"},
+        ],
+    )
     first = make_step(run=run, index=0)
     second = make_step(run=run, index=1, access="all")
     second.reads = [first.pk]
@@ -193,13 +208,18 @@ def test_graph(api_as, sim_pool, viewer):
     graph = response.json()
     node_ids = {node["id"] for node in graph["nodes"]}
     assert {f"s{first.pk}", f"s{second.pk}"} <= node_ids
-    assert any(edge["source"] == f"s{first.pk}" and edge["target"] == f"s{second.pk}" for edge in graph["edges"])
+    assert any(
+        edge["source"] == f"s{first.pk}" and edge["target"] == f"s{second.pk}"
+        for edge in graph["edges"]
+    )
 
 
 def test_step_detail_has_the_exact_messages_and_response(api_as, sim_pool, viewer):
     run = make_run(pool=sim_pool)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
-    step = make_step(run=run, messages=messages, response="<script>alert(1)</script> 4", status="succeeded")
+    step = make_step(
+        run=run, messages=messages, response="<script>alert(1)</script> 4", status="succeeded"
+    )
 
     body = api_as(viewer).get(reverse("api-step-detail", args=[step.pk])).json()
 
@@ -230,5 +250,7 @@ def test_schema_generates(api_as, viewer):
 def test_schema_has_no_warnings(tmp_path):
     from django.core.management import call_command
 
-    call_command("spectacular", "--fail-on-warn", "--validate", "--file", str(tmp_path / "schema.yml"))
+    call_command(
+        "spectacular", "--fail-on-warn", "--validate", "--file", str(tmp_path / "schema.yml")
+    )
     assert "runs_create" in (tmp_path / "schema.yml").read_text()

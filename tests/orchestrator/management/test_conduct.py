@@ -1,0 +1,78 @@
+"""``manage.py conduct``: prints each step and the answer, or one JSON object; fails loudly."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from orchestrator.models import Run, Step
+
+QUESTION = (
+    "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"
+)
+
+
+def conduct(*args: str) -> str:
+    out = StringIO()
+    call_command("conduct", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.usefixtures("sim_pool")
+def test_prints_each_step_then_the_answer_totals_and_url(settings):
+    settings.CONDUCTOR_BASE_URL = "http://studio.example:8000"
+    output = conduct(QUESTION, "--strategy", "moa", "--reference", "50")
+
+    run = Run.objects.get()
+    assert run.status == Run.Status.SUCCEEDED
+    for step in Step.objects.filter(run=run):
+        label = f"{step.round}.{step.index} {step.worker_name}"
+        assert f"{label} started: " in output
+        assert f"{label} finished ({step.tokens_in}+{step.tokens_out} tokens" in output
+    assert output.index("started") < output.index("finished") < output.index("\nAnswer:\n")
+    assert run.answer.splitlines()[-1] in output
+    assert f"Score: {run.score:g}" in output
+    assert f"{run.step_count} steps, {run.model_calls} model calls" in output
+    assert f"See it at http://studio.example:8000/runs/{run.pk}/" in output
+
+
+@pytest.mark.usefixtures("sim_pool")
+def test_json_prints_one_object():
+    output = conduct(QUESTION, "--strategy", "single", "--option", "worker=1", "--json")
+
+    summary = json.loads(output)
+    run = Run.objects.get()
+    assert summary["id"] == run.pk and summary["status"] == "succeeded"
+    assert summary["answer"] == run.answer
+    assert [step["worker"] for step in summary["steps"]] == [run.pool.workers.get(position=1).name]
+    assert summary["totals"]["model_calls"] == 1
+
+
+def test_a_failed_run_exits_non_zero(sim_pool):
+    sim_pool.token_budget = 1  # the conductor's first call exhausts it
+    sim_pool.save(update_fields=["token_budget"])
+    out = StringIO()
+    with pytest.raises(CommandError) as excinfo:
+        call_command("conduct", QUESTION, "--json", stdout=out)
+
+    assert excinfo.value.returncode == 1
+    assert json.loads(out.getvalue())["status"] == "failed"
+    assert Run.objects.get().status == Run.Status.FAILED
+
+
+@pytest.mark.usefixtures("sim_pool")
+def test_bad_options_and_pools_are_explained():
+    with pytest.raises(CommandError, match="strategy_options"):
+        conduct(QUESTION, "--strategy", "single", "--option", "temperature=2")
+    with pytest.raises(CommandError, match='No pool is called "Nope"'):
+        conduct(QUESTION, "--pool", "Nope")
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_without_any_pool_it_points_at_seed_demo():
+    with pytest.raises(CommandError, match="seed_demo"):
+        conduct(QUESTION)

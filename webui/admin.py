@@ -1,0 +1,193 @@
+"""Django admin for every stored model. Keys never appear: workers and pools store only the
+*name* of the environment variable that holds a key. Runs, plans, steps and events are
+written by services, so they are read-only here."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.contrib import admin
+
+from orchestrator.models import Membership, Plan, Pool, Project, Run, RunEvent, Step, Worker
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ("user",)
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug", "created_at")
+    search_fields = ("name", "slug")
+    prepopulated_fields: ClassVar[dict[str, tuple[str, ...]]] = {"slug": ("name",)}
+    inlines = (MembershipInline,)
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ("user", "project", "role")
+    list_filter = ("role", "project")
+    search_fields = ("user__username", "project__name")
+    autocomplete_fields = ("user", "project")
+
+
+class WorkerInline(admin.TabularInline):
+    model = Worker
+    extra = 0
+    fields = (
+        "position",
+        "name",
+        "model",
+        "api_base",
+        "api_key_env",
+        "params",
+        "price_in",
+        "price_out",
+        "description",
+        "enabled",
+    )
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    list_display = ("name", "project", "conductor_model", "max_steps", "max_rounds", "access_mode")
+    list_filter = ("project", "access_mode")
+    search_fields = ("name", "description")
+    inlines = (WorkerInline,)
+    fieldsets = (
+        (None, {"fields": ["project", "name", "description"]}),
+        (
+            "Conductor",
+            {
+                "fields": [
+                    "conductor_model",
+                    "conductor_api_base",
+                    "conductor_api_key_env",
+                    "conductor_params",
+                    "max_steps",
+                    "max_rounds",
+                    "access_mode",
+                    "show_worker_names",
+                ]
+            },
+        ),
+        ("Limits", {"fields": ["step_timeout", "token_budget", "cost_budget"]}),
+    )
+
+
+@admin.register(Worker)
+class WorkerAdmin(admin.ModelAdmin):
+    list_display = ("name", "model", "pool", "position", "api_key_env", "enabled")
+    list_filter = ("enabled", "pool")
+    search_fields = ("name", "model")
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class PlanInline(ReadOnlyInline):
+    model = Plan
+    fields = ("round", "strategy", "error", "created_at")
+    readonly_fields = fields
+
+
+class StepInline(ReadOnlyInline):
+    model = Step
+    fields = (
+        "round",
+        "index",
+        "worker_name",
+        "instruction",
+        "status",
+        "tokens_in",
+        "tokens_out",
+        "cost",
+        "latency",
+        "attempts",
+        "error",
+    )
+    readonly_fields = fields
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Stored history: browse and delete, never edit (services write it)."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "status",
+        "strategy",
+        "pool",
+        "short_input",
+        "score",
+        "step_count",
+        "tokens_in",
+        "tokens_out",
+        "cost",
+        "created_by",
+        "created_at",
+    )
+    list_filter = ("status", "strategy", "project", "pool")
+    search_fields = ("input", "answer")
+    date_hierarchy = "created_at"
+    list_select_related = ("pool", "created_by")
+    show_full_result_count = False
+    inlines = (PlanInline, StepInline)
+
+    @admin.display(description="Input")
+    def short_input(self, run: Run) -> str:
+        return run.input if len(run.input) <= 80 else run.input[:79] + "…"
+
+
+@admin.register(Plan)
+class PlanAdmin(ReadOnlyAdmin):
+    list_display = ("run", "round", "strategy", "error")
+    list_filter = ("strategy",)
+    list_select_related = ("run",)
+    raw_id_fields = ("run",)
+
+
+@admin.register(Step)
+class StepAdmin(ReadOnlyAdmin):
+    list_display = (
+        "run",
+        "round",
+        "index",
+        "worker_name",
+        "status",
+        "tokens_in",
+        "tokens_out",
+        "latency",
+    )
+    list_filter = ("status", "worker_name")
+    search_fields = ("instruction", "response")
+    list_select_related = ("run",)
+    raw_id_fields = ("run", "plan", "worker", "reused_from")
+    show_full_result_count = False
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(ReadOnlyAdmin):
+    list_display = ("run", "seq", "type", "created_at")
+    list_filter = ("type",)
+    raw_id_fields = ("run",)
+    show_full_result_count = False
