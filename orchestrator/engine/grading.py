@@ -171,15 +171,20 @@ class _ExpressionParser:
     """Recursive descent over + - * / and parentheses, exact with fractions.
 
     Grammar: expr := term (("+"|"-") term)*; term := factor (("*"|"/") factor)*;
-    factor := NUMBER | "(" expr ")" | "-" factor (only when unary minus is allowed).
+    factor := NUMBER | "(" expr ")" | "-" factor (not under countdown rules).
     """
 
-    def __init__(self, tokens: list[str | Fraction], *, allow_unary_minus: bool):
+    def __init__(self, tokens: list[str | Fraction], *, countdown_rules: bool):
         self.tokens = tokens
         self.position = 0
         self.numbers: list[Fraction] = []
-        self.allow_unary_minus = allow_unary_minus
+        self.countdown_rules = countdown_rules
         self.depth = 0
+
+    def _checked(self, value: Fraction) -> Fraction:
+        if self.countdown_rules and (value.denominator != 1 or value <= 0):
+            raise ExpressionError(f"intermediate result {value} is not a positive whole number")
+        return value
 
     def parse(self) -> Fraction:
         if not self.tokens:
@@ -198,7 +203,7 @@ class _ExpressionParser:
             operator = self.tokens[self.position]
             self.position += 1
             right = self._term()
-            value = value + right if operator == "+" else value - right
+            value = self._checked(value + right if operator == "+" else value - right)
         return value
 
     def _term(self) -> Fraction:
@@ -208,11 +213,11 @@ class _ExpressionParser:
             self.position += 1
             right = self._factor()
             if operator == "*":
-                value = value * right
+                value = self._checked(value * right)
             elif right == 0:
                 raise ExpressionError("division by zero")
             else:
-                value = value / right
+                value = self._checked(value / right)
         return value
 
     def _factor(self) -> Fraction:
@@ -231,7 +236,7 @@ class _ExpressionParser:
             self.position += 1
             self.depth -= 1
             return value
-        if token == "-" and self.allow_unary_minus:
+        if token == "-" and not self.countdown_rules:
             return -self._factor()
         raise ExpressionError(
             "expected a number or '('" if token is None else f"unexpected {token!r}"
@@ -239,13 +244,15 @@ class _ExpressionParser:
 
 
 def evaluate_expression(
-    expression: str, *, allow_unary_minus: bool = True
+    expression: str, *, countdown_rules: bool = False
 ) -> tuple[Fraction, list[Fraction]]:
     """The exact value of an arithmetic expression and the numbers it uses, in order.
 
-    Raises ExpressionError for anything but numbers, + - * / and parentheses.
+    Raises ExpressionError for anything but numbers, + - * / and parentheses. Under
+    ``countdown_rules`` there is no unary minus and every intermediate result must be a positive
+    whole number.
     """
-    parser = _ExpressionParser(_tokenize(expression), allow_unary_minus=allow_unary_minus)
+    parser = _ExpressionParser(_tokenize(expression), countdown_rules=countdown_rules)
     return parser.parse(), parser.numbers
 
 
@@ -259,8 +266,8 @@ def _expression_part(answer: str) -> str:
 
 def _grade_countdown(answer: str, reference: str) -> bool:
     try:
-        target, allowed = evaluate_expression(_expression_part(reference), allow_unary_minus=False)
-        value, used = evaluate_expression(_expression_part(answer), allow_unary_minus=False)
+        target, allowed = evaluate_expression(_expression_part(reference), countdown_rules=True)
+        value, used = evaluate_expression(_expression_part(answer), countdown_rules=True)
     except ExpressionError:
         return False
     return value == target and Counter(used) == Counter(allowed)

@@ -22,7 +22,7 @@ MAX_ERROR_LENGTH = 300
 # OpenAI-compatible servers that need no key (a local vLLM or Ollama) still get a non-empty one,
 # because the OpenAI SDK refuses to send a request without.
 NO_KEY_PLACEHOLDER = "no-key"
-_KEY_LIKE = re.compile(r"\b(sk|pk|rk|key|api)[-_][A-Za-z0-9_\-]{8,}\b", re.IGNORECASE)
+_KEY_LIKE = re.compile(r"\b(sk|pk|rk)[-_][A-Za-z0-9_\-]{8,}")
 
 _litellm: Any = None
 

@@ -119,7 +119,7 @@ def self_check(domain: str, question: str, answer: str) -> str:
         numbers, target = puzzle
         expression = extract_answer(answer).split("=")[0]
         try:
-            value, used = evaluate_expression(expression, allow_unary_minus=False)
+            value, used = evaluate_expression(expression, countdown_rules=True)
         except ExpressionError:
             return "is not an arithmetic expression"
         if sorted(used) != sorted(numbers):
@@ -161,9 +161,13 @@ class SimulatedConductor:
         known = "a suite task" if task else "not a suite task; treated by its wording"
         reasoning = [f"{label} The question is {domain} ({known})."]
         if prompt.previous_answer is not None:
-            problem = self_check(domain, prompt.question, prompt.previous_answer)
+            problem = self_check(domain, prompt.question, prompt.previous_answer) if task else ""
             if not problem:
-                reasoning.append("The previous answer passes the checks I can do, so I accept it.")
+                reasoning.append(
+                    "The previous answer passes the checks I can do, so I accept it."
+                    if task
+                    else "I have no check for a question outside the suite, so I accept the answer."
+                )
                 return "\n".join(reasoning) + "\n\n" + format_workflow(Workflow(()))
             reasoning.append(f"The previous answer {problem}, so I ask for a repair.")
             note = f"The previous answer {problem}. "

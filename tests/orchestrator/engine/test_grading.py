@@ -109,11 +109,18 @@ def test_countdown_accepts_any_expression_reaching_the_target_with_the_numbers(a
         ("82", "no work at all"),
         ("__import__('os').system('true')", "not arithmetic"),
         ("-(-82)", "unary minus is not a countdown operation"),
+        ("7 - (25 - 50) * 3", "a negative intermediate result"),
         ("(" * 400 + "1" + ")" * 400, "absurdly long"),
     ],
 )
 def test_countdown_rejects(answer, why):
     assert grade(answer, REFERENCE, "countdown") == 0.0, why
+
+
+def test_countdown_requires_whole_intermediate_results():
+    reference = "3 * (7 + 9) / 4"  # 12 from 3, 4, 7, 9
+    assert grade("(7 + 9) * 3 / 4", reference, "countdown") == 1.0
+    assert grade("3 / 4 * (7 + 9)", reference, "countdown") == 0.0
 
 
 def test_evaluate_expression_is_exact_and_follows_precedence():

@@ -150,11 +150,11 @@ async def test_without_prices_an_unknown_model_costs_nothing(server):
 
 async def test_the_key_is_read_from_the_named_variable_at_call_time(server, monkeypatch):
     client = make_client("openai/guarded", api_base=server, api_key_env=KEY_ENV)
-    assert SECRET not in repr(client.__dict__ if hasattr(client, "__dict__") else client)
     monkeypatch.setenv(KEY_ENV, SECRET)
     completion = await client.complete(MESSAGES, timeout=10)
     assert completion.text == "echo: ping"
     assert FakeOpenAI.requests[-1]["authorization"] == f"Bearer {SECRET}"
+    assert SECRET not in repr(client)
 
 
 async def test_a_rejected_key_is_not_retryable_and_never_shown(server, monkeypatch, caplog, capfd):

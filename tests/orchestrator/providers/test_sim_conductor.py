@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.engine.plan import parse_workflow
 from orchestrator.engine.prompts import conductor_messages, repair_message
@@ -119,6 +121,25 @@ def test_a_question_outside_the_suite_still_gets_a_workflow_and_says_so():
     raw, workflow = plan("Summarise the plot of Hamlet in two sentences.")
     assert "not a suite task" in raw
     assert len(workflow.steps) == 1
+    raw, workflow = plan("Summarise Hamlet.", round=1, previous="I only answer my suite.")
+    assert workflow.accepts, raw
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "role": st.sampled_from(["system", "user", "assistant"]),
+                "content": st.text(max_size=300),
+            }
+        ),
+        max_size=6,
+    )
+)
+def test_any_messages_get_a_labelled_reply_never_an_exception(messages):
+    assert CONDUCTOR.respond(messages).startswith("[simulated sim/conductor] ")
+    assert WORKERS[0].client.respond(messages).startswith("[simulated sim/swift] ")
 
 
 def test_a_repair_turn_is_answered_with_a_usable_workflow():
