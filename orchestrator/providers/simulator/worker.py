@@ -40,6 +40,8 @@ AVERAGE_SKILL = 0.6
 
 # How much a sound plan closes the gap to a perfect answer, per domain: code benefits most.
 PLAN_BENEFIT = {"code": 0.6, "countdown": 0.3, "arithmetic": 0.3, "lookup": 0.1}
+# Following a flawed plan makes a correct answer less likely.
+MISLEADING_PLAN_FACTOR = 0.7
 # Reviewing one's own answer catches fewer mistakes than reviewing someone else's.
 SELF_REVIEW_FACTOR = 0.5
 # A reviewer occasionally "fixes" a correct answer into a wrong one.
@@ -174,7 +176,7 @@ class SimulatedWorker:
             skill += (1 - skill) * PLAN_BENEFIT[task.domain]
             note = "Followed the plan above."
         elif task.misleading_plan and task.misleading_plan in context:
-            skill *= 0.7
+            skill *= MISLEADING_PLAN_FACTOR
             note = "Followed the plan above."
         if self._chance(turn, "solve") < skill:
             return solve(task), note
