@@ -82,6 +82,14 @@ def duration_text(seconds: float | None) -> str:
     return f"{minutes} min {rest:02d} s"
 
 
+def cost_text(dollars: float) -> str:
+    if dollars >= 0.01:
+        return f"${dollars:,.2f}"
+    if dollars >= 0.0001:
+        return f"${dollars:.4f}"
+    return "<$0.0001" if dollars > 0 else "$0"
+
+
 def _runnable_pools(user) -> list[Pool]:
     return list(selectors.pools_runnable_by(user=user))
 
@@ -118,6 +126,7 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         run.input_line = first_line(run.input)
         run.answer_line = first_line(run.answer)
         run.duration_text = duration_text(run.wall_time)
+        run.cost_text = cost_text(run.cost)
         run.tokens_total = run.tokens_in + run.tokens_out
 
     worker_names = sorted({w.name for p in pools for w in p.enabled_workers})

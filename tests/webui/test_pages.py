@@ -58,6 +58,10 @@ def shown_run_ids(response) -> list[int]:
     return [int(i) for i in re.findall(r'data-run-id="(\d+)"', response.content.decode())]
 
 
+def row_html(html: str, run_id: int) -> str:
+    return re.search(rf'<tr data-run-id="{run_id}".*?</tr>', html, re.DOTALL).group(0)
+
+
 def test_pages_require_login(client, pool):
     run = make_run(pool)
     for url in ("/", f"/runs/{run.pk}/"):
@@ -82,8 +86,8 @@ def test_list_shows_runs_newest_first_with_their_columns(client_in, pool, user):
         status=Run.Status.SUCCEEDED,
         score=1.0,
         step_count=3,
-        tokens_in=100,
-        tokens_out=23,
+        tokens_in=1000,
+        tokens_out=234,
         cost=0.0125,
         wall_time=2.5,
     )
@@ -93,10 +97,12 @@ def test_list_shows_runs_newest_first_with_their_columns(client_in, pool, user):
     html = response.content.decode()
     assert "Old question" in html and "second line" not in html
     assert "Four" in html and "because 2 + 2" not in html
-    assert "123" in html  # tokens in + out
-    assert "$0.0125" in html and "2.5 s" in html and "1.00" in html
+    assert "1,234" in html  # tokens in + out
+    assert "$0.01" in html and "2.5 s" in html and "1.00" in html
     assert "ada" in html
-    assert "Simulated pool" in html  # the simulator is labelled wherever its pool shows
+    # The simulator is labelled wherever its pool shows.
+    assert "sim-badge" in row_html(html, new.pk)
+    assert "simulated pool" in html
 
 
 @pytest.mark.parametrize(
@@ -142,7 +148,9 @@ def test_pool_and_date_filters(client_in, pool, project, user):
     last_week = make_run(pool, input="Last week", minutes_ago=7 * 24 * 60)
     today = make_run(pool, input="Today")
 
-    assert shown_run_ids(client_in.get(f"/?pool={other_pool.pk}")) == [in_other.pk]
+    response = client_in.get(f"/?pool={other_pool.pk}")
+    assert shown_run_ids(response) == [in_other.pk]
+    assert "sim-badge" not in row_html(response.content.decode(), in_other.pk)
     today_text = timezone.localdate().isoformat()
     assert set(shown_run_ids(client_in.get(f"/?created_after={today_text}"))) == {
         in_other.pk,
