@@ -5,22 +5,33 @@ const table = document.getElementById("runs-table");
 const rows = table ? Array.from(table.querySelectorAll("tbody tr[data-href]")) : [];
 let selected = -1;
 
-function select(index, { scroll = true } = {}) {
+// The selected row is marked with aria-current; moving the selection also moves focus to the
+// row's link, so screen readers announce it and Enter follows it.
+function select(index, { focus = true } = {}) {
   if (!rows.length) return;
   const next = Math.max(0, Math.min(rows.length - 1, index));
-  if (selected >= 0) rows[selected].setAttribute("aria-selected", "false");
+  if (selected >= 0) rows[selected].removeAttribute("aria-current");
   selected = next;
   const row = rows[selected];
-  row.setAttribute("aria-selected", "true");
-  if (scroll) row.scrollIntoView({ block: "nearest" });
+  row.setAttribute("aria-current", "true");
+  if (focus) {
+    row.querySelector("a.row-link")?.focus({ preventScroll: true });
+    row.scrollIntoView({ block: "nearest" });
+  }
 }
 
 function typingInField(event) {
   const target = event.target;
   return (
     target instanceof HTMLElement &&
-    (target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT", "BUTTON"].includes(target.tagName))
+    (target.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(target.tagName))
   );
+}
+
+// Enter on a button or link outside the table keeps its own meaning.
+function onOtherControl(event) {
+  const target = event.target;
+  return target instanceof Element && target !== document.body && !target.closest("#runs-table tbody");
 }
 
 function pageLink(id, hash) {
@@ -38,8 +49,10 @@ document.addEventListener("keydown", (event) => {
   } else if (event.key === "k") {
     if (selected <= 0 && rows.length) pageLink("page-prev", "#last");
     else select(selected - 1);
-  } else if (event.key === "Enter" && selected >= 0) {
-    window.location.assign(rows[selected].dataset.href);
+  } else if (event.key === "Enter" && selected >= 0 && !onOtherControl(event)) {
+    // A row link focused with Tab wins over the j/k selection.
+    const focusedRow = event.target instanceof Element ? event.target.closest("tr[data-href]") : null;
+    window.location.assign((focusedRow || rows[selected]).dataset.href);
   } else {
     return;
   }
@@ -48,11 +61,15 @@ document.addEventListener("keydown", (event) => {
 
 rows.forEach((row, index) => {
   row.addEventListener("click", (event) => {
-    if (!(event.target instanceof HTMLAnchorElement)) select(index, { scroll: false });
+    if (!(event.target instanceof HTMLAnchorElement)) select(index, { focus: false });
   });
 });
 
-if (rows.length) select(window.location.hash === "#last" ? rows.length - 1 : 0, { scroll: false });
+// Arriving from the previous or next page by keyboard keeps the keyboard going.
+const arrivedByKeyboard = ["#first", "#last"].includes(window.location.hash);
+if (rows.length) {
+  select(window.location.hash === "#last" ? rows.length - 1 : 0, { focus: arrivedByKeyboard });
+}
 
 // New run: POST /api/runs/ with the session's CSRF token, then open the run's live page.
 const form = document.getElementById("new-run");

@@ -44,7 +44,7 @@ def row_ids(page) -> list[int]:
 
 def selected_id(page) -> int:
     return int(
-        page.locator('#runs-table tbody tr[aria-selected="true"]').get_attribute("data-run-id")
+        page.locator('#runs-table tbody tr[aria-current="true"]').get_attribute("data-run-id")
     )
 
 
@@ -146,8 +146,12 @@ def test_j_k_and_enter_follow_the_filter_across_pages(browser_page, live_server,
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(rf"/runs/{newest_first[50]}/$"))
 
-    # Typing in a field is typing, not navigation.
+    # Typing in a field is typing, and Enter on a button presses it: neither navigates rows.
     page.goto(f"{live_server_url}/?q={token}")
-    page.fill("#id_q", "")
-    page.type("#id_q", "jj")
+    page.type("#id_worker", "jj")
     assert selected_id(page) == newest_first[0]
+    page.fill("#id_worker", "")
+    page.focus("#run-filters button[type=submit]")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    assert page.url.startswith(f"{live_server_url}/?") and f"q={token}" in page.url
