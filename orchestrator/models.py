@@ -174,6 +174,8 @@ class Run(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
+            # Superusers and members of several projects walk the newest runs of every project.
+            models.Index(fields=["-created_at", "-id"], name="run_recent"),
             models.Index(fields=["project", "-created_at", "-id"], name="run_project_recent"),
             models.Index(fields=["project", "status", "-created_at"], name="run_status_recent"),
             models.Index(fields=["project", "pool", "-created_at"], name="run_pool_recent"),

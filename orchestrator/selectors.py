@@ -62,17 +62,36 @@ def user_can_view(*, user: Any, run: Run) -> bool:
     return user_role(user=user, project=run.project_id) is not None
 
 
-def _visible_runs(user: Any) -> QuerySet[Run]:
+def _visible_runs(user: Any, project: Project | int | None = None) -> QuerySet[Run]:
+    """Runs of the user's projects (of ``project`` alone when given).
+
+    The project ids are read first (one small query) so that the runs query names them as
+    constants: with one project, the database walks the (project, created_at) index and stops
+    after a page instead of sorting every run it holds.
+    """
     if not getattr(user, "is_authenticated", False):
         return Run.objects.none()
-    projects = user_project_ids(user)
-    runs = Run.objects.all()
-    return runs if projects is None else runs.filter(project_id__in=projects)
+    project_id = project.pk if isinstance(project, Project) else project
+    if user.is_superuser:
+        return (
+            Run.objects.all() if project_id is None else Run.objects.filter(project_id=project_id)
+        )
+    project_ids = list(
+        Membership.objects.filter(user_id=user.pk).values_list("project_id", flat=True)
+    )
+    if project_id is not None:
+        project_ids = [project_id] if project_id in project_ids else []
+    if not project_ids:
+        return Run.objects.none()
+    if len(project_ids) == 1:
+        return Run.objects.filter(project_id=project_ids[0])
+    return Run.objects.filter(project_id__in=project_ids)
 
 
 def run_list(
     *,
     user: Any,
+    project: Project | int | None = None,
     status: str | None = None,
     pool: Pool | int | None = None,
     strategy: str | None = None,
@@ -87,9 +106,10 @@ def run_list(
 
     ``worker`` is a worker name used by any step of the run. ``q`` is free text over the input and
     the final answer (case-insensitive substring). Dates bound ``created_at`` (inclusive).
-    The pool and the creator come joined; slicing the result is cheap on the list indexes.
+    ``project`` narrows to one of the user's projects. The pool and the creator come joined;
+    slicing the result is cheap on the list indexes (no COUNT is needed to show a page).
     """
-    runs = _visible_runs(user)
+    runs = _visible_runs(user, project)
     if status:
         runs = runs.filter(status=status)
     if pool:
