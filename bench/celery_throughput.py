@@ -1,0 +1,221 @@
+"""Celery throughput: simulated runs per second through real Celery workers, 1 then 2 processes.
+
+Method: a scratch PostgreSQL database (created and dropped here) and Redis as broker and channel
+layer, the production stack. The demo pool with zero latency, so what is measured is the path
+around the model calls: the broker, the task (status check, per-run lease), the engine, storing
+every plan, step and event, and publishing each event through channels_redis. For each
+concurrency (one `celery worker -P prefork -c N`, on a queue of its own), 500 runs are created
+beforehand (not timed), the worker is started and warmed up with 3 runs per process, then the
+clock runs from enqueuing the first run to the last run being finished in the database (polled
+every 50 ms).
+
+Skips with a message (and a JSON line saying so) when PostgreSQL or Redis does not answer.
+Admin URLs: BENCH_DATABASE_URL / BENCH_REDIS_URL, defaulting to the local services
+``make test-production`` uses. ``--runs N`` changes the number of runs.
+
+Run from the repository root: ``python -m bench.celery_throughput``. Ends with one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+ADMIN_DATABASE_URL = os.environ.get(
+    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"
+)
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
+CONCURRENCIES = (1, 2)
+WORKER_START_TIMEOUT = 60.0
+RUN_TIMEOUT = 600.0
+WARMUP_RUNS_PER_PROCESS = 3
+
+
+def skip(reason: str) -> None:
+    print(f"skipped: {reason}")
+    print(json.dumps({"benchmark": "celery_throughput", "skipped": reason}))
+
+
+def services_problem() -> str:
+    try:
+        import psycopg
+
+        psycopg.connect(ADMIN_DATABASE_URL, connect_timeout=3).close()
+    except Exception as error:  # noqa: BLE001 - any failure means "not here"
+        return f"PostgreSQL does not answer at {urlsplit(ADMIN_DATABASE_URL).netloc}: {error}"
+    try:
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+        client.ping()
+        client.close()
+    except Exception as error:  # noqa: BLE001
+        return f"Redis does not answer at {urlsplit(REDIS_URL).netloc}: {error}"
+    return ""
+
+
+def start_worker(concurrency: int, env: dict[str, str], queue: str, log_path: Path):
+    command = [
+        sys.executable, "-m", "celery", "-A", "webui", "worker",
+        "-P", "prefork", "-c", str(concurrency),
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
+        "-Q", queue, "-n", f"bench-{uuid.uuid4().hex[:6]}@%h", "--loglevel", "INFO",
+    ]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + WORKER_START_TIMEOUT
+    while " ready." not in log_path.read_text(errors="replace"):
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_worker(process)
+            raise RuntimeError(f"the worker did not start:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.1)
+    return process
+
+
+def stop_worker(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=30)
+
+
+def enqueue_and_wait(run_ids: list[int], worker: subprocess.Popen, logs: Path) -> float:
+    """Hand the runs to Celery, wait until all are finished; return the enqueuing time."""
+    from orchestrator.models import Run
+    from orchestrator.services.execution import run_enqueue
+
+    started = time.perf_counter()
+    for run_id in run_ids:
+        run_enqueue(run_id=run_id)
+    enqueued = time.perf_counter() - started
+    pending = Run.objects.filter(pk__in=run_ids).exclude(status__in=Run.FINISHED)
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while pending.exists():
+        if time.monotonic() > deadline or worker.poll() is not None:
+            raise RuntimeError(f"runs did not finish; worker log in {logs}")
+        time.sleep(0.05)
+    return enqueued
+
+
+def measure(runs: int, worker_env: dict[str, str], queue: str, logs: Path) -> list[dict]:
+    from orchestrator.models import Run
+    from orchestrator.providers.simulator import demo_pool, load_suite
+    from orchestrator.services.pools import pool_sync_from_data, project_get_or_create
+    from orchestrator.services.runs import run_create
+
+    project = project_get_or_create(name="Benchmark")
+    pool, _ = pool_sync_from_data(project=project, data=demo_pool(latency=0))
+    questions = [task.question for task in load_suite()]
+    results = []
+    for concurrency in CONCURRENCIES:
+        run_ids = [
+            run_create(pool=pool, input=questions[i % len(questions)], enqueue=False).pk
+            for i in range(runs)
+        ]
+        warmup_ids = [
+            run_create(pool=pool, input=questions[i], enqueue=False).pk
+            for i in range(WARMUP_RUNS_PER_PROCESS * concurrency)
+        ]
+        worker = start_worker(concurrency, worker_env, queue, logs / f"worker-c{concurrency}.log")
+        try:
+            # Every pool process loads the engine and the simulator's suite on its first run.
+            enqueue_and_wait(warmup_ids, worker, logs)
+            started = time.perf_counter()
+            enqueued = enqueue_and_wait(run_ids, worker, logs)
+            seconds = time.perf_counter() - started
+        finally:
+            stop_worker(worker)
+        finished = Run.objects.filter(pk__in=run_ids)
+        succeeded = finished.filter(status=Run.Status.SUCCEEDED).count()
+        results.append({
+            "processes": concurrency,
+            "runs": runs,
+            "succeeded": succeeded,
+            "seconds": round(seconds, 3),
+            "enqueue_seconds": round(enqueued, 3),
+            "runs_per_second": round(runs / seconds, 2),
+        })
+        print(f"{concurrency} worker process(es): {runs} runs in {seconds:.2f} s = "
+              f"{runs / seconds:.1f} runs/s ({succeeded} succeeded; enqueuing took "
+              f"{enqueued:.2f} s)", flush=True)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=500)
+    args = parser.parse_args()
+
+    problem = services_problem()
+    if problem:
+        skip(problem)
+        return
+
+    import psycopg
+
+    name = f"conductor_bench_{uuid.uuid4().hex[:10]}"
+    queue = f"conductor-bench-{uuid.uuid4().hex[:10]}"
+    database_url = urlunsplit(urlsplit(ADMIN_DATABASE_URL)._replace(path="/" + name))
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": REDIS_URL,
+        "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY", "benchmark-only"),
+        "DJANGO_SETTINGS_MODULE": "webui.settings",
+        "CONDUCTOR_EXECUTION": "celery",
+        "CONDUCTOR_CELERY_QUEUE": queue,
+        "CONDUCTOR_SIM_LATENCY_SCALE": "0",
+        "LOG_LEVEL": "WARNING",
+    }
+    # This process is fresh: point its settings at the scratch database before Django loads.
+    os.environ.update(env)
+    admin = psycopg.connect(ADMIN_DATABASE_URL, autocommit=True)
+    admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        with tempfile.TemporaryDirectory() as logs:
+            results = measure(args.runs, env, queue, Path(logs))
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL)
+        client.delete(queue, f"_kombu.binding.{queue}")
+        client.close()
+
+    by_processes = {r["processes"]: r["runs_per_second"] for r in results}
+    print(json.dumps({
+        "benchmark": "celery_throughput",
+        "runs": args.runs,
+        **{f"runs_per_second_{n}_process{'es' if n > 1 else ''}": v for n, v in by_processes.items()},
+        "scaling_2_over_1": round(by_processes[2] / by_processes[1], 2),
+        "succeeded": {str(r["processes"]): r["succeeded"] for r in results},
+        "load_average": round(os.getloadavg()[0], 2),
+    }))
+
+
+if __name__ == "__main__":
+    main()
