@@ -172,7 +172,7 @@ def test_invalid_filter_is_reported_and_ignored(client_in, pool):
     response = client_in.get("/?score_min=lots")
     assert response.status_code == 200
     assert shown_run_ids(response) == [run.pk]
-    assert "score_min" in response.content.decode()
+    assert "Score ≥: Enter a number." in response.content.decode()
 
 
 def test_pages_follow_the_filter(client_in, pool):
@@ -205,6 +205,20 @@ def test_other_projects_stay_hidden(client_in, pool, user):
     assert "Their pool" not in response.content.decode()
     assert client_in.get(f"/runs/{theirs.pk}/").status_code == 404
     assert client_in.get("/runs/999999/").status_code == 404
+
+
+def test_admin_link_is_for_staff_only(client_in, user):
+    assert 'href="/admin/"' not in client_in.get("/").content.decode()
+    user.is_staff = True
+    user.save(update_fields=["is_staff"])
+    assert 'href="/admin/"' in client_in.get("/").content.decode()
+
+
+def test_viewers_get_no_new_run_form(client_in, pool, user):
+    assert 'id="new-run"' in client_in.get("/").content.decode()
+    Membership.objects.filter(user=user).update(role=Membership.Role.VIEWER)
+    html = client_in.get("/").content.decode()
+    assert 'id="new-run"' not in html and 'id="new-run-unavailable"' in html
 
 
 def test_members_of_two_projects_see_both_and_can_narrow_to_one(client_in, pool, user):
