@@ -100,7 +100,7 @@ async def test_run_executes_on_a_celery_worker_and_streams_events_through_redis(
     for step in steps:
         assert step.status == Step.Status.SUCCEEDED
         assert step.response and step.messages and step.tokens_in > 0 and step.attempts == 1
-    assert run.answer in steps[-1].response or steps[-1].response
+    assert run.answer == steps[-1].response  # the answer is the last step's response
     assert await Plan.objects.filter(run=run).acount() >= 1
 
     # The live stream: seq 2..last without a gap, ending with run.finished, equal to what is
@@ -117,7 +117,7 @@ async def test_run_executes_on_a_celery_worker_and_streams_events_through_redis(
 
     # It really ran on the worker process (this process never executes a celery-backend run).
     log = await sync_to_async(worker.log)()
-    assert f"orchestrator.tasks.run_execute_task[" in log and "succeeded" in log
+    assert "orchestrator.tasks.run_execute_task[" in log and " succeeded in " in log
 
 
 def test_run_survives_its_worker_being_killed_mid_run(start_celery_worker):
@@ -179,7 +179,7 @@ def test_a_run_longer_than_the_visibility_timeout_executes_once(start_celery_wor
     # turn that second delivery away instead of executing the run a second time alongside.
     workers = [start_celery_worker(), start_celery_worker()]
     task = first_task("code")
-    pool = simulated_pool(latency=1.0)  # five calls one after another: well over the timeout
+    pool = simulated_pool(latency=1.5)  # five calls one after another: well over the timeout
     run = run_create(pool=pool, input=task.question, reference=task.reference, grader=task.grader)
     wait_for(
         lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).exists(),
