@@ -3,8 +3,9 @@
     python scripts/screenshot.py [--output docs/screenshot-run.png] [--list-output PATH]
 
 Starts the server the browser tests use (its own temporary SQLite file, seeded demo, inline
-execution), asks a question of the bundled suite (with its reference answer, so it is scored), opens
-the run's page while it runs, waits until the run has finished, and saves a PNG of its page in headless Chromium. Nothing is drawn by hand.
+execution), asks a question of the simulator's suite with its reference answer (so it is
+scored), opens the run's page while it runs, waits until the run has finished, and saves a PNG
+of the page from headless Chromium. Nothing is drawn by hand.
 """
 
 from __future__ import annotations
@@ -26,12 +27,8 @@ from tests.browser.server import (
     start_live_server,
 )
 
-# A multi-step question from the simulator's suite, so the conductor writes a real workflow.
-QUESTION = (
-    "A jacket costs $60. It is discounted by 25%, and then a 10% sales tax is added to the "
-    "discounted price. What is the final price in dollars?"
-)
-REFERENCE = "49.5"
+# A countdown task of the simulator's suite: the conductor writes a workflow with fan-out.
+DEFAULT_TASK = "countdown-001"
 VIEWPORT = {"width": 1440, "height": 900}
 
 
@@ -39,8 +36,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "docs" / "screenshot-run.png")
     parser.add_argument("--list-output", type=Path, help="also photograph the runs list")
-    parser.add_argument("--question", default=QUESTION)
-    parser.add_argument("--reference", default=REFERENCE)
+    parser.add_argument("--task", default=DEFAULT_TASK, help="a task id of the simulator's suite")
     parser.add_argument("--strategy", default="conductor")
     args = parser.parse_args()
 
@@ -50,6 +46,13 @@ def main() -> int:
         return 1
 
     from playwright.sync_api import sync_playwright
+
+    from orchestrator.providers.simulator.suite import load_suite
+
+    task = next((t for t in load_suite() if t.id == args.task), None)
+    if task is None:
+        print(f"no task {args.task!r} in the simulator's suite", file=sys.stderr)
+        return 1
 
     server = start_live_server(extra_env={"CONDUCTOR_SIM_LATENCY_SCALE": "0.2"})
     try:
@@ -73,7 +76,9 @@ def main() -> int:
                     runs.wait(runs(question, strategy=strategy))
 
             # Created through the API, as the form does, with the reference so it is scored.
-            run_id = runs(args.question, strategy=args.strategy, reference=args.reference)
+            run_id = runs(
+                task.question, strategy=args.strategy, reference=task.reference, grader=task.grader
+            )
             page.goto(f"{server.url}/runs/{run_id}/")
             final = runs.wait(run_id, timeout=120)
             print(f"run {run_id} {final.get('status')}: {str(final.get('answer', ''))[:80]!r}")
