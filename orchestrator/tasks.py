@@ -14,6 +14,7 @@ lease could have expired, so the run still finishes if the holder dies.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -45,6 +46,14 @@ return 0
 """
 
 
+@functools.cache
+def _redis_client(url: str):
+    """One client (and connection pool) per process; made lazily, so after a worker forks."""
+    import redis  # only the Celery path needs it
+
+    return redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10)
+
+
 class RunLease:
     """Exclusive right to execute one run, held in Redis and kept alive by a heartbeat thread.
 
@@ -53,12 +62,10 @@ class RunLease:
     """
 
     def __init__(self, run_id: int, *, redis_url: str, seconds: float) -> None:
-        import redis  # only the Celery path needs it
-
         self.key = f"{LEASE_KEY_PREFIX}{run_id}"
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
         self.milliseconds = max(1, int(seconds * 1000))
-        self._client = redis.Redis.from_url(redis_url)
+        self._client = _redis_client(redis_url)
         self._stopped = threading.Event()
         self._heartbeat: threading.Thread | None = None
 
@@ -94,8 +101,6 @@ class RunLease:
             self._client.eval(_RELEASE_SCRIPT, 1, self.key, self.token)
         except Exception:  # it lapses on its own
             log.warning("could not release %s", self.key, exc_info=True)
-        finally:
-            self._client.close()
 
     def __enter__(self) -> RunLease:
         return self
