@@ -1,7 +1,8 @@
 """The production path for real: PostgreSQL, Redis, channels_redis and Celery worker processes.
 
 A run created through the services executes on a separate `celery worker` process, is stored in
-PostgreSQL, and its live events reach a channel-layer subscriber through Redis. A worker killed
+PostgreSQL, and its live events reach the page's websocket consumer (and a bare channel-layer
+subscriber) in this process through channels_redis. A worker killed
 with SIGKILL mid-run loses nothing: another worker finishes the run and no finished step is sent
 to its model again.
 """
@@ -17,15 +18,19 @@ from collections import Counter
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from channels.routing import URLRouter
+from channels.testing import WebsocketCommunicator
 from django.db import connections
 
 from orchestrator import events
-from orchestrator.models import Plan, Run, RunEvent, Step
+from orchestrator.models import Membership, Plan, Run, RunEvent, Step
 from orchestrator.providers.simulator import demo_pool, load_suite
 from orchestrator.services.execution import run_enqueue
 from orchestrator.services.pools import pool_sync_from_data, project_get_or_create
 from orchestrator.services.runs import run_create
+from tests.factories import make_member
 from tests.production.conftest import VISIBILITY_TIMEOUT_SECONDS
+from webui.routing import websocket_urlpatterns
 
 pytestmark = [pytest.mark.production, pytest.mark.django_db(transaction=True)]
 
@@ -71,23 +76,39 @@ async def test_run_executes_on_a_celery_worker_and_streams_events_through_redis(
     worker = await sync_to_async(start_celery_worker)()
     task = first_task("arithmetic")
     pool = await sync_to_async(simulated_pool)(latency=0.05)
+    viewer = await sync_to_async(
+        lambda: make_member(project=pool.project, role=Membership.Role.VIEWER)
+    )()
     run = await sync_to_async(run_create)(
         pool=pool, input=task.question, reference=task.reference, enqueue=False
     )
     layer = get_channel_layer()
     assert type(layer).__module__.startswith("channels_redis")
+    # Two listeners in this process, while the run executes in the worker process: the page's
+    # websocket consumer, and a bare subscriber of the run's group on the channel layer.
     channel = await layer.new_channel()
     await layer.group_add(events.group_name(run.pk), channel)
+    page = WebsocketCommunicator(URLRouter(websocket_urlpatterns), f"/ws/runs/{run.pk}/")
+    page.scope["user"] = viewer
     try:
-        # Subscribed first, then handed to Celery: every event after "queued" must arrive live.
+        connected, _ = await page.connect(timeout=10)
+        assert connected
+        snapshot = await page.receive_json_from(timeout=10)
+        assert snapshot["type"] == events.SNAPSHOT and snapshot["seq"] == 1  # queued
+        # Listening first, then handed to Celery: every later event must arrive live.
         await sync_to_async(run_enqueue)(run_id=run.pk)
-        live: list[dict] = []
         async with asyncio.timeout(RUN_TIMEOUT):
-            while not live or live[-1]["type"] != events.RUN_FINISHED:
+            on_page: list[dict] = []
+            while not on_page or on_page[-1]["type"] != events.RUN_FINISHED:
+                on_page.append(await page.receive_json_from(timeout=RUN_TIMEOUT))
+            on_layer: list[dict] = []
+            while not on_layer or on_layer[-1]["type"] != events.RUN_FINISHED:
                 message = await layer.receive(channel)
                 assert message["type"] == events.LAYER_MESSAGE_TYPE
-                live.append(message["event"])
+                on_layer.append(message["event"])
+        assert await page.receive_nothing(timeout=0.2)
     finally:
+        await page.disconnect()
         await layer.group_discard(events.group_name(run.pk), channel)
         await layer.close_pools()
 
@@ -104,11 +125,13 @@ async def test_run_executes_on_a_celery_worker_and_streams_events_through_redis(
     assert await Plan.objects.filter(run=run).acount() >= 1
 
     # The live stream: seq 2..last without a gap, ending with run.finished, equal to what is
-    # stored (seq 1, "queued", was published before anyone could subscribe).
+    # stored (seq 1, "queued", was published before anyone could subscribe), on both listeners.
+    live = on_page
     assert [event["seq"] for event in live] == list(range(2, run.last_seq + 1))
     stored = await sync_to_async(stored_events)(run.pk)
     assert stored[0] == {"type": events.RUN_STATUS, "run": run.pk, "seq": 1, "status": "queued"}
     assert live == stored[1:]
+    assert on_layer == live
     assert live[0] == {"type": events.RUN_STATUS, "run": run.pk, "seq": 2, "status": "planning"}
     assert live[-1]["status"] == Run.Status.SUCCEEDED and live[-1]["answer"] == run.answer
     for step in steps:
