@@ -21,11 +21,12 @@ events after that seq instead, then live events. Clients ignore events whose seq
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
 from orchestrator.models import Plan, Run, RunEvent, Step
@@ -41,7 +42,7 @@ SNAPSHOT: Final = "snapshot"
 
 EVENT_TYPES: Final = (
     RUN_STATUS, PLAN_CREATED, STEP_CREATED, STEP_STARTED, STEP_FINISHED, STEP_FAILED, RUN_FINISHED,
-)
+)  # fmt: skip
 
 # The channel-layer message type; Channels routes it to the consumer's ``run_event`` handler.
 LAYER_MESSAGE_TYPE: Final = "run.event"
@@ -138,16 +139,60 @@ def publish(run_id: int, type: str, data: dict[str, Any]) -> dict[str, Any]:
 
     Call it from services only, inside or outside a transaction. Returns the event.
     """
-    if type not in EVENT_TYPES:
-        raise ValueError(f"unknown event type {type!r}")
-    with transaction.atomic():
+    return publish_many(run_id, [(type, data)])[0]
+
+
+def publish_many(
+    run_id: int,
+    items: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    deliver: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Store several events of a run with consecutive seqs, in two queries, and hand each to
+    ``deliver`` (default: ``send``) once the transaction commits, in seq order.
+
+    Async callers pass a ``deliver`` that queues the events and send them from their own loop
+    with ``send_async`` (cheaper than hopping back to the loop for every event). Returns them.
+    """
+    for type, _ in items:
+        if type not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {type!r}")
+    if not items:
+        return []
+    with transaction.atomic(savepoint=False):
         # The UPDATE takes the row lock first, so concurrent publishers get distinct seqs.
-        Run.objects.filter(pk=run_id).update(last_seq=F("last_seq") + 1)
-        seq = Run.objects.filter(pk=run_id).values_list("last_seq", flat=True).get()
-        event = {"type": type, "run": run_id, "seq": seq, **data}
-        RunEvent.objects.create(run_id=run_id, seq=seq, type=type, data=event)
-        transaction.on_commit(lambda: send(event))
-    return event
+        last = _advance_seq(run_id, len(items))
+        first = last - len(items) + 1
+        events = [
+            {"type": type, "run": run_id, "seq": first + offset, **data}
+            for offset, (type, data) in enumerate(items)
+        ]
+        RunEvent.objects.bulk_create(
+            [RunEvent(run_id=run_id, seq=e["seq"], type=e["type"], data=e) for e in events]
+        )
+        deliver = deliver or send
+        transaction.on_commit(lambda: [deliver(event) for event in events])
+    return events
+
+
+def _advance_seq(run_id: int, count: int) -> int:
+    """Add ``count`` to the run's last_seq and return the new value (one statement where the
+    database can return it)."""
+    if connection.vendor == "postgresql" or (
+        connection.vendor == "sqlite" and connection.features.can_return_columns_from_insert
+    ):
+        table = connection.ops.quote_name(Run._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET last_seq = last_seq + %s WHERE id = %s RETURNING last_seq",
+                [count, run_id],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            raise Run.DoesNotExist(f"run {run_id} does not exist")
+        return row[0]
+    Run.objects.filter(pk=run_id).update(last_seq=F("last_seq") + count)
+    return Run.objects.filter(pk=run_id).values_list("last_seq", flat=True).get()
 
 
 def send(event: dict[str, Any]) -> None:
@@ -160,8 +205,18 @@ def send(event: dict[str, Any]) -> None:
     )
 
 
+async def send_async(event: dict[str, Any]) -> None:
+    """``send`` for code running on an event loop."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    await layer.group_send(group_name(event["run"]), {"type": LAYER_MESSAGE_TYPE, "event": event})
+
+
 def events_after(run_id: int, seq: int) -> list[dict[str, Any]]:
     """The stored events of a run after ``seq``, in order: what a reconnecting client missed."""
     return list(
-        RunEvent.objects.filter(run_id=run_id, seq__gt=seq).order_by("seq").values_list("data", flat=True)
+        RunEvent.objects.filter(run_id=run_id, seq__gt=seq)
+        .order_by("seq")
+        .values_list("data", flat=True)
     )

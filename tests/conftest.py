@@ -57,15 +57,21 @@ def superuser(db):
 
 @pytest.fixture
 def sent_events(monkeypatch) -> list[dict]:
-    """Every live event sent to a channel group (that is, after its transaction committed)."""
+    """Every live event sent to a channel group (that is, after its transaction committed),
+    whether sent from sync code (``events.send``) or from the loop (``events.send_async``)."""
     from orchestrator import events
 
     sent: list[dict] = []
-    original = events.send
+    send, send_async = events.send, events.send_async
 
     def capture(event: dict) -> None:
         sent.append(event)
-        original(event)
+        send(event)
+
+    async def capture_async(event: dict) -> None:
+        sent.append(event)
+        await send_async(event)
 
     monkeypatch.setattr(events, "send", capture)
+    monkeypatch.setattr(events, "send_async", capture_async)
     return sent

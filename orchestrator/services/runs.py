@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -31,6 +31,7 @@ from orchestrator.engine.types import (
 from orchestrator.models import Plan, Pool, Run, Step, Worker
 from orchestrator.selectors import user_can_run
 from orchestrator.services.recording import (
+    TOTAL_FIELDS,
     RecordingObserver,
     RunCancelled,
     finished_event_data,
@@ -165,15 +166,17 @@ _VALIDATION_ONLY_CLIENT = _ValidationOnlyClient()
 class _Execution:
     """Everything a run's execution needs, loaded in one go from the database."""
 
-    run_id: int
-    question: str
-    strategy: str
-    strategy_options: dict[str, Any]
-    reference: str
-    grader: str
+    run: Run
     pool: Pool
     workers: list[Worker]
-    resume: ResumeState = field(default_factory=ResumeState)
+    plans: list[Plan]
+    steps: list[Step]
+
+    def resume(self) -> ResumeState:
+        return resume_state_from_rows(self.plans, self.steps)
+
+    def totals(self) -> dict[str, Any]:
+        return {field: getattr(self.run, field) for field in TOTAL_FIELDS}
 
 
 def run_execute(*, run_id: int) -> None:
@@ -199,25 +202,29 @@ async def run_execute_async(*, run_id: int, observer: RunObserver | None = None)
     if execution is None:
         logger.info("run %s is finished or gone; not executing it", run_id)
         return
+    run = execution.run
     try:
         workers = [_worker_info(worker) for worker in execution.workers]
-        conductor = _conductor_client(execution.pool) if execution.strategy == "conductor" else None
+        conductor = _conductor_client(execution.pool) if run.strategy == "conductor" else None
         strategy = build_strategy(
-            execution.strategy, conductor=conductor, options=execution.strategy_options
+            run.strategy, conductor=conductor, options=dict(run.strategy_options or {})
         )
         recorder = RecordingObserver(
             run_id=run_id,
             worker_ids=[worker.pk for worker in execution.workers],
-            reference=execution.reference,
-            grader=execution.grader,
+            reference=run.reference,
+            grader=run.grader,
+            steps=execution.steps,
+            plan_rounds=[plan.round for plan in execution.plans],
+            totals=execution.totals(),
         )
         await execute_run(
-            question=execution.question,
+            question=run.input,
             strategy=strategy,
             workers=workers,
             settings=run_settings_for(execution.pool),
             observer=recorder if observer is None else _Observers(recorder, observer),
-            resume=execution.resume,
+            resume=execution.resume(),
         )
     except RunCancelled:
         logger.info("run %s was cancelled; execution stopped", run_id)
@@ -237,18 +244,12 @@ def _load_execution(*, run_id: int) -> _Execution | None:
     run = Run.objects.select_related("pool").filter(pk=run_id).first()
     if run is None or run.is_finished:
         return None
-    plans = list(Plan.objects.filter(run_id=run_id).order_by("round"))
-    steps = list(Step.objects.filter(run_id=run_id, status=Step.Status.SUCCEEDED))
     return _Execution(
-        run_id=run.pk,
-        question=run.input,
-        strategy=run.strategy,
-        strategy_options=dict(run.strategy_options or {}),
-        reference=run.reference,
-        grader=run.grader,
+        run=run,
         pool=run.pool,
         workers=list(run.pool.workers.filter(enabled=True).order_by("position", "id")),
-        resume=resume_state_from_rows(plans, steps),
+        plans=list(Plan.objects.filter(run_id=run_id).order_by("round")),
+        steps=list(Step.objects.filter(run_id=run_id).order_by("round", "index")),
     )
 
 
