@@ -44,6 +44,7 @@ test-fast: install
 
 test-production: install
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) DJANGO_SECRET_KEY=test-only \
+		CONDUCTOR_EXECUTION=celery \
 		$(BIN)/pytest -m production
 
 bench: install
