@@ -203,7 +203,7 @@ def main() -> None:
         import redis
 
         client = redis.Redis.from_url(REDIS_URL)
-        client.delete(queue, f"_kombu.binding.{queue}")
+        client.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
         client.close()
 
     by_processes = {r["processes"]: r["runs_per_second"] for r in results}

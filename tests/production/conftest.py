@@ -86,7 +86,7 @@ def celery_queue() -> Iterator[str]:
     name = f"conductor-test-{uuid.uuid4().hex[:12]}"
     yield name
     client = redis.Redis.from_url(settings.REDIS_URL)
-    client.delete(name, f"_kombu.binding.{name}")
+    client.delete(name, f"_kombu.binding.{name}", f"_kombu.binding_permanent.{name}")
     client.close()
 
 
