@@ -56,6 +56,17 @@ def superuser(db):
 
 
 @pytest.fixture
+async def async_db_connections_closed():
+    """Close the connection that async code's database thread opened, so the test database can
+    be dropped at the end (PostgreSQL refuses while a session is open)."""
+    yield
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture
 def sent_events(monkeypatch) -> list[dict]:
     """Every live event sent to a channel group (that is, after its transaction committed),
     whether sent from sync code (``events.send``) or from the loop (``events.send_async``)."""

@@ -16,7 +16,10 @@ from orchestrator.services.runs import run_create, run_execute_async
 from tests.factories import make_step
 from webui.routing import websocket_urlpatterns
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("async_db_connections_closed"),
+]
 
 QUESTION = (
     "A baker bakes 5 trays of 16 cookies each and sells 30 cookies. How many cookies are left?"

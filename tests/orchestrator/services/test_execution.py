@@ -31,6 +31,7 @@ async def drain(layer, channel: str) -> list[dict]:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("async_db_connections_closed")
 async def test_a_run_created_in_a_sync_view_executes_on_the_server_loop(sim_pool, project_admin):
     layer = get_channel_layer()
     channel = await layer.new_channel()
@@ -61,6 +62,7 @@ async def test_a_run_created_in_a_sync_view_executes_on_the_server_loop(sim_pool
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("async_db_connections_closed")
 async def test_cancelling_stops_the_inline_task(sim_pool, monkeypatch):
     started = asyncio.Event()
     from orchestrator.services import runs

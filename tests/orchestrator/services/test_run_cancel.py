@@ -52,6 +52,7 @@ class CancelWhenFirstStepStarts(NullObserver):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("async_db_connections_closed")
 async def test_a_running_run_stops_at_its_next_step(sim_pool, call_log):
     run = await sync_to_async(run_create)(
         pool=sim_pool,
