@@ -18,7 +18,7 @@ from orchestrator.models import Membership, Plan, Pool, Project, Run, Step, Work
 ROLES_THAT_RUN = (Membership.Role.ADMIN, Membership.Role.REVIEWER)
 
 # What a runs list shows of a run; the long fields (answer, input) are cut by the page.
-RUN_LIST_DEFERRED = ("strategy_options", "edits", "reference", "error")
+RUN_LIST_DEFERRED = ("strategy_options", "edits", "reference")
 
 
 def user_project_ids(user: Any) -> QuerySet[Membership] | None:

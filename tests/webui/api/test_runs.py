@@ -254,3 +254,18 @@ def test_schema_has_no_warnings(tmp_path):
         "spectacular", "--fail-on-warn", "--validate", "--file", str(tmp_path / "schema.yml")
     )
     assert "runs_create" in (tmp_path / "schema.yml").read_text()
+
+
+@pytest.mark.parametrize("count", [2, 20])
+def test_a_list_page_costs_the_same_queries_however_many_runs(
+    api_as, sim_pool, viewer, django_assert_num_queries, count
+):
+    for _ in range(count):
+        make_run(pool=sim_pool, created_by=viewer, status=Run.Status.FAILED, error="boom")
+    client = api_as(viewer)
+
+    with django_assert_num_queries(2):  # the user's projects, then one page of runs
+        response = client.get(RUNS_URL)
+
+    assert len(response.json()["results"]) == count
+    assert response.json()["results"][0]["error"] == "boom"
