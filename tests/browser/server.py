@@ -31,6 +31,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 ADMIN_USERNAME = "admin"
+DEMO_POOL_NAME = "Offline demo (simulated)"
 # Simulated workers answer after a latency scaled by this: visible in the graph, small in tests.
 SIM_LATENCY_SCALE = "0.05"
 # Variables that would point the server at shared services instead of its own files.
@@ -206,13 +207,18 @@ def csrf_token(context) -> str:
 
 
 def pick_pool_id(api_pools: object) -> int:
-    """The simulated demo pool from a ``GET /api/pools/`` answer (list or paginated)."""
+    """The demo pool from a ``GET /api/pools/`` answer (list or paginated); failing that, the
+    first simulated pool, then the first pool."""
     pools = api_pools.get("results", []) if isinstance(api_pools, dict) else list(api_pools)
     if not pools:
         raise RuntimeError("GET /api/pools/ lists no pool")
-    for pool in pools:
-        if pool.get("is_simulated") or "simulated" in str(pool.get("name", "")).lower():
-            return pool["id"]
+    for wanted in (
+        lambda pool: pool.get("name") == DEMO_POOL_NAME,
+        lambda pool: pool.get("is_simulated"),
+    ):
+        for pool in pools:
+            if wanted(pool):
+                return pool["id"]
     return pools[0]["id"]
 
 

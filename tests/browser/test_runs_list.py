@@ -15,8 +15,8 @@ RUN_PAGE = re.compile(r"/runs/(\d+)/$")
 
 def stored_runs(live_server, *, token: str, count: int, status: str) -> list[int]:
     """Store ``count`` runs whose input carries ``token`` straight in the server's database,
-    oldest first, and return their ids. For list tests that need many runs or a given status
-    without waiting for executions."""
+    oldest first, and return their ids: for list tests that need many runs without waiting
+    for their executions."""
     code = f"""
 import json
 from orchestrator.models import Pool, Run
@@ -48,7 +48,7 @@ def selected_id(page) -> int:
     )
 
 
-def test_start_a_run_from_the_form_and_land_on_its_page(browser_page, live_server_url):
+def test_start_a_run_from_the_form_and_land_on_its_page(browser_page, live_server_url, make_run):
     page = browser_page
     question = f"What is 17 * 23 + 4? ({uuid.uuid4().hex[:6]})"
     page.goto(f"{live_server_url}/")
@@ -62,6 +62,7 @@ def test_start_a_run_from_the_form_and_land_on_its_page(browser_page, live_serve
 
     run_id = int(RUN_PAGE.search(page.url).group(1))
     assert question in page.content()
+    assert make_run.wait(run_id)["status"] in ("succeeded", "failed")
     page.goto(f"{live_server_url}/?q={question[-7:-1]}")
     assert row_ids(page) == [run_id]
 
@@ -88,30 +89,51 @@ def test_a_rejected_field_is_named_next_to_it(browser_page, live_server_url):
     assert page.locator("#new-run-input-error").inner_text().strip()
 
 
-def test_failed_filter_shows_only_failed_runs(browser_page, live_server, live_server_url, make_run):
+@pytest.fixture(scope="module")
+def timing_out_pool(live_server) -> int:
+    """A simulated pool whose models always exceed its step timeout: its runs fail for real."""
+    code = """
+import dataclasses
+from orchestrator.models import Pool
+from orchestrator.providers.simulator import demo_pool
+from orchestrator.services.pools import pool_sync_from_data
+demo = Pool.objects.filter(conductor_model__startswith="sim/").order_by("id").first()
+data = dataclasses.replace(demo_pool(latency=2.0), name="Always too slow (simulated)")
+pool, _ = pool_sync_from_data(project=demo.project, data=data)
+pool.step_timeout = 0.01
+pool.save(update_fields=["step_timeout"])
+print(pool.pk)
+"""
+    return int(live_server.shell(code).strip().splitlines()[-1])
+
+
+def test_failed_filter_shows_only_failed_runs(
+    browser_page, live_server_url, make_run, timing_out_pool
+):
     token = uuid.uuid4().hex[:8]
-    finished = make_run(f"{token}: What is 6 * 7?", strategy="single")
-    make_run.wait(finished)
-    failed = stored_runs(live_server, token=token, count=2, status="failed")
+    # One after the other: concurrent runs on SQLite can hit "database is locked".
+    succeeded = make_run(f"{token}: What is the capital city of Poland?", strategy="single")
+    assert make_run.wait(succeeded)["status"] == "succeeded"
+    failed = make_run(f"{token}: What is the capital city of Poland?", pool=timing_out_pool)
+    assert make_run.wait(failed)["status"] == "failed"
 
     page = browser_page
     page.goto(f"{live_server_url}/?q={token}")
-    assert set(row_ids(page)) == {finished, *failed}
+    assert row_ids(page) == [failed, succeeded]
 
     page.click("#quick-failed")
     page.wait_for_url(re.compile(r"status=failed"))
     assert f"q={token}" in page.url  # the quick filter keeps the others
-    assert row_ids(page) == sorted(failed, reverse=True)
+    assert row_ids(page) == [failed]
+
+    page.goto(f"{live_server_url}/")
+    page.click("#quick-failed")
+    page.wait_for_url(re.compile(r"status=failed"))
     statuses = page.locator("#runs-table tbody tr").evaluate_all(
         "rows => rows.map(row => row.dataset.status)"
     )
-    assert statuses == ["failed", "failed"]
-
-    page.goto(f"{live_server_url}/?status=failed")
-    all_statuses = set(
-        page.locator("#runs-table tbody tr").evaluate_all("rows => rows.map(r => r.dataset.status)")
-    )
-    assert all_statuses == {"failed"}
+    assert failed in row_ids(page) and succeeded not in row_ids(page)
+    assert set(statuses) == {"failed"}
 
 
 def test_j_k_and_enter_follow_the_filter_across_pages(browser_page, live_server, live_server_url):
