@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,6 +40,7 @@ CONCURRENCIES = (1, 2)
 WORKER_START_TIMEOUT = 60.0
 RUN_TIMEOUT = 600.0
 WARMUP_RUNS_PER_PROCESS = 3
+TASK_TIME = re.compile(r"run_execute_task\[[^\]]+\] succeeded in ([0-9.]+)s")
 
 
 def skip(reason: str) -> None:
@@ -141,6 +143,13 @@ def measure(runs: int, worker_env: dict[str, str], queue: str, logs: Path) -> li
             stop_worker(worker)
         finished = Run.objects.filter(pk__in=run_ids)
         succeeded = finished.filter(status=Run.Status.SUCCEEDED).count()
+        # What each task took inside the worker, from its "succeeded in Xs" log lines.
+        task_seconds = [
+            float(match) for match in TASK_TIME.findall(
+                (logs / f"worker-c{concurrency}.log").read_text(errors="replace")
+            )
+        ][len(warmup_ids):]
+        mean_task_ms = sum(task_seconds) / max(1, len(task_seconds)) * 1e3
         results.append({
             "processes": concurrency,
             "runs": runs,
@@ -148,10 +157,12 @@ def measure(runs: int, worker_env: dict[str, str], queue: str, logs: Path) -> li
             "seconds": round(seconds, 3),
             "enqueue_seconds": round(enqueued, 3),
             "runs_per_second": round(runs / seconds, 2),
+            "mean_task_ms": round(mean_task_ms, 1),
         })
         print(f"{concurrency} worker process(es): {runs} runs in {seconds:.2f} s = "
               f"{runs / seconds:.1f} runs/s ({succeeded} succeeded; enqueuing took "
-              f"{enqueued:.2f} s)", flush=True)
+              f"{enqueued:.2f} s; a task took {mean_task_ms:.0f} ms on average in the worker)",
+              flush=True)
     return results
 
 
@@ -213,6 +224,7 @@ def main() -> None:
         **{f"runs_per_second_{n}_process{'es' if n > 1 else ''}": v for n, v in by_processes.items()},
         "scaling_2_over_1": round(by_processes[2] / by_processes[1], 2),
         "succeeded": {str(r["processes"]): r["succeeded"] for r in results},
+        "mean_task_ms": {str(r["processes"]): r["mean_task_ms"] for r in results},
         "load_average": round(os.getloadavg()[0], 2),
     }))
 
