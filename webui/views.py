@@ -45,7 +45,8 @@ class RunFilterForm(forms.Form):
         """The valid filters as ``selectors.run_list`` keywords; invalid ones are left out."""
         data = self.cleaned_data
         filters: dict[str, Any] = {}
-        for name in ("status", "pool", "strategy", "worker", "q", "score_min", "score_max"):
+        names = ("project", "status", "pool", "strategy", "worker", "q", "score_min", "score_max")
+        for name in names:
             value = data.get(name)
             if value not in (None, ""):
                 filters[name] = value
@@ -110,13 +111,6 @@ def runs_list(request: HttpRequest) -> HttpResponse:
 
     runs_query = selectors.run_list(user=request.user, **form.selector_filters())
     project_ids = {p.project_id for p in pools}
-    project_id = form.cleaned_data.get("project")
-    if project_id is None and len(project_ids) == 1:
-        # Naming the one project the user can see changes nothing in the result, but lets the
-        # database walk the (project, created_at) index instead of sorting every run it holds.
-        project_id = next(iter(project_ids))
-    if project_id is not None:
-        runs_query = runs_query.filter(project_id=project_id)
     # One query for the page: fetch one extra row to know whether a next page exists,
     # instead of counting every matching run.
     runs = list(runs_query[offset : offset + PAGE_SIZE + 1])
@@ -125,6 +119,7 @@ def runs_list(request: HttpRequest) -> HttpResponse:
     for run in runs:
         run.input_line = first_line(run.input)
         run.answer_line = first_line(run.answer)
+        run.error_line = "" if run.answer else first_line(run.error)
         run.duration_text = duration_text(run.wall_time)
         run.cost_text = cost_text(run.cost)
         run.tokens_total = run.tokens_in + run.tokens_out

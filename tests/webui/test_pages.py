@@ -105,6 +105,12 @@ def test_list_shows_runs_newest_first_with_their_columns(client_in, pool, user):
     assert "simulated pool" in html
 
 
+def test_a_failed_run_shows_its_error_where_the_answer_would_be(client_in, pool):
+    run = make_run(pool, status=Run.Status.FAILED, error="the conductor could not be reached\nmore")
+    row = row_html(client_in.get("/").content.decode(), run.pk)
+    assert "the conductor could not be reached" in row and "more" not in row
+
+
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
@@ -241,10 +247,10 @@ def test_list_costs_the_same_queries_for_5_or_50_runs(client_in, pool, user):
         return len(queries)
 
     for i in range(5):
-        make_run(pool, user=user, input=f"q{i}", answer="a")
+        make_run(pool, user=user, input=f"q{i}", status=Run.Status.FAILED, error="e")
     with_5 = count_queries()
     for i in range(45):
-        make_run(pool, user=user, input=f"q{i + 5}", answer="a")
+        make_run(pool, user=user, input=f"q{i + 5}", status=Run.Status.FAILED, error="e")
     with_50 = count_queries()
     assert with_50 == with_5
     assert with_5 <= 10
