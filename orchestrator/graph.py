@@ -142,12 +142,12 @@ def _layout_round(
         unit = _layout_unit(raw, generations)
         # multipartite_layout scales uniformly and centres each layer on y = 0; undo the scaling
         # and give columns and rows their own spacing in pixels.
-        min_x = min(x for x, _ in raw.values())
+        min_x = min(float(x) for x, _ in raw.values())
         for step_id, (x, y) in raw.items():
-            layer = round((x - min_x) / unit)
+            layer = round((float(x) - min_x) / unit)
             positions[step_id] = (
-                step_columns_start + layer * COLUMN_WIDTH,
-                (y / unit) * ROW_HEIGHT,
+                _pixels(step_columns_start + layer * COLUMN_WIDTH),
+                _pixels(float(y) / unit * ROW_HEIGHT),
             )
     layer_count = len(generations) if ids else 0
     tallest = max((len(layer) for layer in generations), default=1) if ids else 1
@@ -159,10 +159,21 @@ def _layout_round(
     return {
         "positions": positions,
         "layers": {step_id: i for i, layer in enumerate(generations) for step_id in layer},
-        "plan_position": (first_column, 0.0),
-        "box": {"x": (left + right) / 2, "y": 0.0, "width": right - left, "height": 2 * half_height},
+        "plan_position": (_pixels(first_column), 0),
+        "box": {
+            "x": _pixels((left + right) / 2),
+            "y": 0,
+            "width": _pixels(right - left),
+            "height": _pixels(2 * half_height),
+        },
         "right": right,
     }
+
+
+def _pixels(value: float) -> float | int:
+    """Whole pixels when the value is one (it nearly always is): shorter JSON."""
+    rounded = round(value, 1)
+    return int(rounded) if rounded.is_integer() else rounded
 
 
 def _layout_unit(raw: Mapping[Any, Any], generations: Sequence[Sequence[Any]]) -> float:
@@ -198,7 +209,7 @@ def _group(
         "step_count": len(steps),
         "statuses": dict(statuses),
         "collapsed": collapsed,
-        **{key: round(value, 1) for key, value in layout["box"].items()},
+        **layout["box"],
     }
 
 
@@ -223,8 +234,8 @@ def _add_round(
                 "label": f"Plan, round {number}",
                 "status": _plan_status(plan),
                 "attempts": plan.get("attempts", 0),
-                "x": round(x, 1),
-                "y": round(y, 1),
+                "x": x,
+                "y": y,
                 "group": group,
             }
         )
@@ -243,8 +254,8 @@ def _add_round(
                 "status": step["status"],
                 "tokens": (step.get("tokens_in") or 0) + (step.get("tokens_out") or 0),
                 "latency": step.get("latency"),
-                "x": round(x, 1),
-                "y": round(y, 1),
+                "x": x,
+                "y": y,
                 "group": group,
             }
         )
