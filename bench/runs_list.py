@@ -132,7 +132,7 @@ def measure() -> dict:
         "filtered_page_ms": _time(client, f"/?status=failed&q={TEXT_QUERY}"),
         "page_20_ms": _time(client, "/?page=20"),
     }
-    # A member of two projects has no single project to name, so the list sorts all their runs.
+    # A member of two projects: no single (project, created_at) index range to walk.
     from orchestrator.models import Membership, Project
 
     Membership.objects.create(project=Project.objects.get(slug="other"), user=user)
