@@ -135,11 +135,9 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         "page": page,
         "previous_page": page - 1 if page > 1 else None,
         "next_page": page + 1 if has_next else None,
-        "first_index": offset + 1,
         "pools": runnable_pools,
         "default_pool_id": default_pool.pk if default_pool else None,
         "strategies": STRATEGIES,
-        "statuses": Run.Status.values,
         "worker_names": worker_names,
     }
     return render(request, "runs/list.html", context)
