@@ -1,0 +1,220 @@
+"""How fast the run page draws a large run and answers a click, in headless Chromium.
+
+Method: runs of 500, 5,000 and 50,000 finished steps are written straight into a fresh SQLite
+database with the ORM (``bulk_create``): 5, 5 and 10 rounds of recursion, each round one step
+that fans out into chains of ten steps and a last step that reads the ends of twenty chains.
+A real Daphne server (the browser tests' ``LiveServer``, inline execution) serves them; Debian's
+Chromium (Playwright) logs in, then for each run:
+
+- ``graph_ms``: from navigation start until the graph is drawn (``#run-graph[data-state=ready]``,
+  set on Cytoscape's first rendered frame);
+- ``click_ms``: from navigation start until a real mouse click on a step's node has opened its
+  details panel with the step's response (so the page is drawn *and* responds);
+- for a collapsed run (50,000 steps: rounds folded into groups), ``open_round_ms`` is the time to
+  open one round by clicking its group, and ``click_ms`` then includes opening the round.
+
+Each run is measured twice in a fresh page and the faster figure kept (the first visit warms
+the server's and browser's caches). Target: ``click_ms`` at most 2,000 for 5,000 steps.
+
+Run from the repository root: ``python -m bench.graph_render``. Ends with one JSON line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.browser.server import (  # noqa: E402  (a bench reuses the browser tests' server)
+    CHROMIUM_ARGS,
+    CHROMIUM_PATH,
+    LiveServer,
+    browser_missing_reason,
+    log_in,
+)
+
+SIZES = ((500, 5), (5_000, 5), (50_000, 10))
+"""(steps, rounds) of each run."""
+CHAIN = 10
+FAN_IN = 20
+TARGET_MS = 2000
+VISITS = 2
+
+
+def setup_django(db_path: Path) -> None:
+    """Point this process's Django at the server's SQLite file."""
+    for name in ("DATABASE_URL", "REDIS_URL", "CONDUCTOR_EXECUTION"):
+        os.environ.pop(name, None)
+    os.environ["SQLITE_PATH"] = str(db_path)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "webui.settings"
+    import django
+
+    django.setup()
+
+
+def create_admin(*, username: str, password: str):
+    from django.contrib.auth import get_user_model
+
+    user_model = get_user_model()
+    user = user_model.objects.filter(username=username).first()
+    if user is None:
+        user = user_model.objects.create_superuser(username=username, password=password, email="")
+    return user
+
+
+def synthetic_reads(index: int, first_id: int) -> list[int]:
+    """The steps step ``index`` of a round reads: chains of CHAIN off step 0, a fan-in at the end."""
+    if index == 0:
+        return []
+    if (index - 1) % CHAIN == 0:
+        return [first_id]
+    return [first_id + index - 1]
+
+
+def create_synthetic_run(*, user, steps: int, rounds: int, status: str = "succeeded") -> int:
+    """A finished run of ``steps`` steps over ``rounds`` rounds, written with bulk_create."""
+    from orchestrator.models import Plan, Pool, Project, Run, Step
+
+    project, _ = Project.objects.get_or_create(name="Benchmarks", defaults={"slug": "benchmarks"})
+    pool, _ = Pool.objects.get_or_create(project=project, name="Synthetic")
+    now = dt.datetime.now(dt.timezone.utc)
+    run = Run.objects.create(
+        project=project, pool=pool, input=f"A synthetic run of {steps} steps", status=status,
+        answer="The **answer**.", created_by=user, started_at=now, finished_at=now,
+        step_count=steps, tokens_in=steps * 120, tokens_out=steps * 40, model_calls=steps + rounds,
+        wall_time=60.0,
+    )
+    per_round = steps // rounds
+    for number in range(rounds):
+        plan = Plan.objects.create(
+            run=run, round=number, strategy="conductor",
+            attempts=[{"raw": "model_id = [0]", "error": "", "tokens_in": 100, "tokens_out": 20}],
+            workflow=[{"worker": 0, "instruction": "x", "access": []}] * per_round,
+        )
+        # Ids are not known before insertion, so insert the round's steps first, then link them.
+        rows = [
+            Step(
+                run=run, plan=plan, round=number, index=index,
+                instruction=f"Work on part {index} of round {number}: check the previous result",
+                worker_index=index % 4, worker_name=f"sim-{index % 4}", model=f"sim/w{index % 4}",
+                status=status, messages=[{"role": "user", "content": f"Part {index}"}],
+                response=f"Result of part **{index}**.", tokens_in=120, tokens_out=40,
+                cost=0.0001, latency=0.5, attempts=1,
+                started_at=now + dt.timedelta(seconds=number * 10 + (index % CHAIN)),
+                finished_at=now + dt.timedelta(seconds=number * 10 + (index % CHAIN) + 0.5),
+            )
+            for index in range(per_round)
+        ]
+        Step.objects.bulk_create(rows, batch_size=2000)
+        ids = list(
+            Step.objects.filter(run=run, round=number).order_by("index").values_list("id", flat=True)
+        )
+        first = ids[0]
+        for index, step in enumerate(rows):
+            step.pk = ids[index]
+            reads = synthetic_reads(index, first)
+            if index == per_round - 1:
+                reads = ids[max(1, index - FAN_IN * CHAIN): index: CHAIN][-FAN_IN:]
+            step.reads = reads
+            # bulk_create on one connection gives consecutive ids: id - first is the index.
+            step.access = [read - first for read in reads]
+        Step.objects.bulk_update(rows, ["reads", "access"], batch_size=2000)
+    return run.pk
+
+
+def measure(page, base_url: str, run_id: int, step_count: int) -> dict[str, float]:
+    """One visit: navigation until drawn, and until a clicked node's panel shows its response."""
+    started = time.perf_counter()
+    page.goto(f"{base_url}/runs/{run_id}/", wait_until="commit")
+    page.wait_for_selector("#run-graph[data-state=ready]", timeout=120_000)
+    graph_ms = (time.perf_counter() - started) * 1000
+    figures = {"graph_ms": round(graph_ms)}
+    collapsed = page.evaluate("window.runPage.graph.collapsed")
+    if collapsed:
+        opened = time.perf_counter()
+        box = page.evaluate(
+            """() => { const cy = window.runPage.graph.cy; const n = cy.getElementById('r0');
+                       const p = n.renderedPosition(); const b = cy.container().getBoundingClientRect();
+                       return {x: b.left + p.x, y: b.top + p.y}; }"""
+        )
+        page.mouse.click(box["x"], box["y"])
+        page.wait_for_function("window.runPage.graph.expanded.has(0)", timeout=120_000)
+        page.wait_for_function(
+            "window.runPage.graph.cy.nodes('.step').length > 0", timeout=120_000
+        )
+        figures["open_round_ms"] = round((time.perf_counter() - opened) * 1000)
+    step_id = page.evaluate(
+        "window.runPage.store.orderedSteps().find((s) => s.round === 0 && s.index === 1).id"
+    )
+    point = page.evaluate(f"window.runPage.graph.clientPositionOf({step_id})")
+    page.mouse.click(point["x"], point["y"])
+    page.wait_for_selector("#run-panel:not([hidden]) .response", timeout=60_000)
+    figures["click_ms"] = round((time.perf_counter() - started) * 1000)
+    title = page.text_content("#run-panel-title") or ""
+    if "Step 0.1" not in title:
+        raise RuntimeError(f"the click opened {title!r}, not step 0.1")
+    return figures
+
+
+def main() -> int:
+    reason = browser_missing_reason()
+    if reason:
+        print(json.dumps({"bench": "graph_render", "skipped": reason}))
+        return 0
+    directory = Path(tempfile.mkdtemp(prefix="bench-graph-"))
+    server = LiveServer(directory=directory)
+    setup_django(server.db_path)
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+    user = create_admin(username=server.admin_username, password=server.admin_password)
+    runs = []
+    for steps, rounds in SIZES:
+        created = time.perf_counter()
+        runs.append((steps, create_synthetic_run(user=user, steps=steps, rounds=rounds)))
+        print(f"created a run of {steps} steps in {time.perf_counter() - created:.1f} s", file=sys.stderr)
+
+    from playwright.sync_api import sync_playwright
+
+    results: dict[str, dict[str, float]] = {}
+    server.start()
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM_PATH, args=CHROMIUM_ARGS)
+            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            page = context.new_page()
+            log_in(page, server)
+            for steps, run_id in runs:
+                visits = []
+                for _ in range(VISITS):
+                    fresh = context.new_page()
+                    visits.append(measure(fresh, server.url, run_id, steps))
+                    fresh.close()
+                best = min(visits, key=lambda figures: figures["click_ms"])
+                results[str(steps)] = best
+                print(f"{steps} steps: {best}", file=sys.stderr)
+            browser.close()
+    finally:
+        server.stop()
+    summary = {
+        "bench": "graph_render",
+        "steps_500": results["500"],
+        "steps_5000": results["5000"],
+        "steps_50000": results["50000"],
+        "target_click_ms_5000": TARGET_MS,
+        "meets_target": results["5000"]["click_ms"] <= TARGET_MS,
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

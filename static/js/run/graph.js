@@ -1,0 +1,565 @@
+// The graph of a run, drawn with Cytoscape at the positions the server computed
+// (orchestrator/graph.py): no layout runs in the browser. Status changes recolour nodes in place;
+// new steps are drawn at once near the end of the graph, then moved to their layered place when
+// the server's graph is fetched again (debounced, one request at a time).
+
+import cytoscape from "../../vendor/cytoscape.esm.js";
+import { formatCount, stepGraphLabel } from "./format.js";
+
+const REFRESH_DELAY_MS = 200;
+// Runs with more steps than this are drawn the cheap way (see graphStyle), whether or not the
+// server folds their rounds: an opened round can hold thousands of steps.
+const LARGE_GRAPH = 1500;
+const ROW_HEIGHT = 64;
+const LABEL_ZOOM = 0.6;
+const EDGE_ZOOM = 0.3;
+
+function cssColour(style, name, fallback) {
+  return style.getPropertyValue(name).trim() || fallback;
+}
+
+function palette() {
+  const style = getComputedStyle(document.documentElement);
+  const colour = (name, fallback) => cssColour(style, name, fallback);
+  return {
+    ink: colour("--ink", "#1b1f24"),
+    inkSoft: colour("--ink-soft", "#4a5360"),
+    ground: colour("--ground", "#ffffff"),
+    groundSoft: colour("--ground-soft", "#f5f7f9"),
+    line: colour("--line", "#d5dae0"),
+    lineStrong: colour("--line-strong", "#aeb6bf"),
+    accentSoft: colour("--accent-soft", "#e3ecfa"),
+    focus: colour("--focus", "#f0a000"),
+    pending: colour("--status-pending", "#6b7480"),
+    pendingSoft: colour("--status-pending-soft", "#eef0f2"),
+    running: colour("--status-running", "#1f5fbf"),
+    runningSoft: colour("--status-running-soft", "#e3ecfa"),
+    succeeded: colour("--status-succeeded", "#1e7b34"),
+    succeededSoft: colour("--status-succeeded-soft", "#e6f4ea"),
+    failed: colour("--status-failed", "#b42318"),
+    failedSoft: colour("--status-failed-soft", "#fdecea"),
+    planning: colour("--status-planning", "#7a4fbf"),
+    planningSoft: colour("--status-planning-soft", "#f1ebfa"),
+    font: cssColour(style, "--font", "system-ui, sans-serif"),
+  };
+}
+
+// Large graphs are drawn with less detail where none could be seen: plain rectangles, labels only
+// for nodes in view at a readable zoom (class "labelled"), edges (haystack lines) only around the
+// nodes in view once zoomed in (GraphView.showDetailInView). Drawing thousands of wrapped labels,
+// rounded corners and edges is what makes a big graph slow, and at a zoom that shows the whole
+// graph none of it is readable.
+function graphStyle(c, { large }) {
+  // Large graphs fill overview nodes with the strong status colour and no border (cheaper, and
+  // visible when tiny); nodes labelled at a readable zoom get the light fill and border.
+  const statusStyle = (status, border, ground) => ({
+    selector: `node.step[status = "${status}"], node.plan[status = "${status}"]`,
+    style: large ? { "background-color": border, "border-color": border } : { "border-color": border, "background-color": ground },
+  });
+  const labelledStatusStyle = (status, ground) => ({
+    selector: `node.step.labelled[status = "${status}"]`,
+    style: { "background-color": ground, "border-width": 2 },
+  });
+  return [
+    {
+      selector: "node",
+      style: {
+        "z-index": 1,
+        "font-family": c.font,
+        color: c.ink,
+        "text-wrap": "wrap",
+        "text-valign": "center",
+        "text-halign": "center",
+        "min-zoomed-font-size": 7,
+      },
+    },
+    {
+      selector: "node.step, node.plan",
+      style: {
+        shape: large ? "rectangle" : "round-rectangle",
+        width: 180,
+        height: 44,
+        "border-width": large ? 0 : 2,
+        label: large ? "" : "data(label)",
+        "font-size": 10,
+        "text-max-width": 168,
+        "background-color": c.pendingSoft,
+        "border-color": c.pending,
+      },
+    },
+    statusStyle("pending", c.pending, c.pendingSoft),
+    statusStyle("running", c.running, c.runningSoft),
+    statusStyle("succeeded", c.succeeded, c.succeededSoft),
+    statusStyle("failed", c.failed, c.failedSoft),
+    { selector: 'node.step[status = "running"]', style: { "border-width": 3, "border-style": "dashed" } },
+    {
+      selector: "node.plan",
+      style: { shape: "cut-rectangle", "border-style": "double", "border-width": 4, "font-weight": "bold" },
+    },
+    { selector: 'node.plan[status = "accepted"]', style: { "border-color": c.planning, "background-color": c.planningSoft } },
+    { selector: 'node.plan[status = "succeeded"]', style: { "border-color": c.planning, "background-color": c.planningSoft } },
+    {
+      selector: "node.group",
+      style: {
+        shape: "round-rectangle",
+        width: "data(w)",
+        height: "data(h)",
+        "z-index": 0, // under the nodes of its round, whenever they were added
+        "background-color": c.groundSoft,
+        "background-opacity": 0.7,
+        "border-width": 1,
+        "border-style": "dashed",
+        "border-color": c.lineStrong,
+        label: "data(label)",
+        "text-valign": "top",
+        "text-margin-y": -6,
+        "font-size": 14,
+        "font-weight": "bold",
+        color: c.inkSoft,
+        "min-zoomed-font-size": 4,
+      },
+    },
+    {
+      selector: "node.group.collapsed",
+      style: {
+        "background-color": c.accentSoft,
+        "background-opacity": 1,
+        "border-style": "solid",
+        "border-width": 2,
+        "text-valign": "center",
+        "text-margin-y": 0,
+        "font-size": "data(fontSize)",
+        "text-max-width": "data(w)",
+        "min-zoomed-font-size": 0,
+      },
+    },
+    {
+      selector: "edge",
+      style: large
+        ? { width: 1, "curve-style": "haystack", "haystack-radius": 0, "line-color": c.lineStrong }
+        : {
+            width: 1.2,
+            "curve-style": "straight",
+            "line-color": c.lineStrong,
+            "target-arrow-shape": "triangle",
+            "target-arrow-color": c.lineStrong,
+            "arrow-scale": 0.8,
+          },
+    },
+    { selector: "node.labelled", style: { label: "data(label)" } },
+    { selector: "node.step.labelled", style: { "border-width": 2 } },
+    labelledStatusStyle("pending", c.pendingSoft),
+    labelledStatusStyle("running", c.runningSoft),
+    labelledStatusStyle("succeeded", c.succeededSoft),
+    labelledStatusStyle("failed", c.failedSoft),
+    { selector: 'edge[kind = "plan"]', style: { "line-style": "dashed", "line-color": c.planning, "target-arrow-color": c.planning } },
+    { selector: 'edge[kind = "next"]', style: { "line-style": "dotted", width: 2 } },
+    { selector: "node.current", style: { "border-color": c.focus, "border-width": 5, "border-style": "solid" } },
+  ];
+}
+
+function groupLabel(round, counts, stepCount, collapsed) {
+  if (!collapsed) return `Round ${round}`;
+  const parts = Object.entries(counts || {})
+    .filter(([, count]) => count > 0)
+    .map(([status, count]) => `${formatCount(count)} ${status}`);
+  return `Round ${round}: ${formatCount(stepCount)} steps\n${parts.join(" · ")}\nClick to open`;
+}
+
+export class GraphView {
+  constructor({ container, store, fetchGraph, onOpenStep, onOpenPlan, onNotice }) {
+    this.container = container;
+    this.store = store;
+    this.fetchGraph = fetchGraph;
+    this.onOpenStep = onOpenStep;
+    this.onOpenPlan = onOpenPlan;
+    this.onNotice = onNotice;
+    this.cy = null;
+    this.collapsed = false;
+    this.groups = new Map(); // round -> group box from the server
+    this.expanded = new Set(); // rounds opened on demand while the graph is collapsed
+    this.rightEdge = 0;
+    this.userMoved = false;
+    this.refreshTimer = null;
+    this.refreshQueued = false;
+    this.currentStep = null;
+    this.large = false;
+    // Large graphs: every edge the server sent (by "all" for the whole graph, or by round for a
+    // round opened on demand); only those around the view are in Cytoscape.
+    this.edgeSets = new Map();
+  }
+
+  // ``pending``: the graph request, started as early as possible by the caller.
+  async load(pending) {
+    try {
+      const graph = await pending;
+      performance.mark("run-page:graph-fetched");
+      this.apply(graph);
+      performance.mark("run-page:graph-created");
+    } catch (error) {
+      this.container.dataset.state = "error";
+      this.onNotice(`The graph could not be loaded (${error.message}). The step list below is complete.`);
+    }
+  }
+
+  create(elements, stepCount) {
+    const large = stepCount > LARGE_GRAPH;
+    this.large = large;
+    this.cy = cytoscape({
+      container: this.container,
+      elements,
+      layout: { name: "preset", fit: false },
+      style: graphStyle(palette(), { large }),
+      minZoom: 0.0005,
+      maxZoom: 4,
+      autoungrabify: true, // positions are the server's layered layout
+      boxSelectionEnabled: false,
+      selectionType: "single",
+      textureOnViewport: large,
+      hideEdgesOnViewport: large,
+      motionBlur: false,
+      pixelRatio: large ? 1 : "auto",
+    });
+    const cy = this.cy;
+    this.fitToGroups();
+    cy.on("tap", "node.step", (event) => this.onOpenStep(event.target.data("step")));
+    cy.on("tap", "node.plan", (event) => this.onOpenPlan(event.target.data("round")));
+    cy.on("tap", "node.group.collapsed", (event) => this.expandRound(event.target.data("round")));
+    cy.on("dragpan scrollzoom pinchzoom", () => {
+      this.userMoved = true;
+    });
+    if (large) {
+      let timer = null;
+      cy.on("viewport", () => {
+        clearTimeout(timer);
+        timer = setTimeout(() => this.showDetailInView(), 120);
+      });
+    }
+    cy.one("render", () => {
+      requestAnimationFrame(() => {
+        performance.mark("run-page:graph-drawn");
+        this.container.dataset.state = "ready";
+      });
+    });
+  }
+
+  // Large graphs: labels and edges for what is in view, once zoomed in enough to see them.
+  showDetailInView() {
+    if (!this.large) return;
+    const cy = this.cy;
+    const zoom = cy.zoom();
+    const extent = cy.extent();
+    const inView = (x, y) => x > extent.x1 - 120 && x < extent.x2 + 120 && y > extent.y1 - 40 && y < extent.y2 + 40;
+    cy.batch(() => {
+      cy.nodes(".step, .plan").forEach((node) => {
+        const { x, y } = node.position();
+        const labelled = zoom >= LABEL_ZOOM && inView(x, y);
+        if (labelled !== node.hasClass("labelled")) node.toggleClass("labelled", labelled);
+      });
+      const wanted = new Map();
+      if (zoom >= EDGE_ZOOM) {
+        for (const edges of this.edgeSets.values()) {
+          for (const edge of edges) {
+            const source = cy.getElementById(edge.source);
+            const target = cy.getElementById(edge.target);
+            if (source.empty() || target.empty()) continue;
+            const a = source.position();
+            const b = target.position();
+            if (inView(a.x, a.y) || inView(b.x, b.y)) wanted.set(edge.id, edge);
+          }
+        }
+      }
+      cy.edges().forEach((edge) => {
+        if (!wanted.delete(edge.id())) edge.remove();
+      });
+      cy.add([...wanted.values()].map((data) => ({ group: "edges", data })));
+    });
+  }
+
+  // Fit the whole graph from the server's group boxes: cheaper than measuring every element.
+  fitToGroups() {
+    const boxes = [...this.groups.values()];
+    if (!boxes.length) {
+      this.cy.fit(undefined, 30);
+      return;
+    }
+    let x1 = Infinity;
+    let y1 = Infinity;
+    let x2 = -Infinity;
+    let y2 = -Infinity;
+    for (const box of boxes) {
+      x1 = Math.min(x1, box.x - box.width / 2);
+      x2 = Math.max(x2, box.x + box.width / 2);
+      y1 = Math.min(y1, box.y - box.height / 2);
+      y2 = Math.max(y2, box.y + box.height / 2);
+    }
+    this.cy.nodes(".step").forEach((node) => {
+      // Steps drawn before the server placed them may lie outside every box.
+      const { x, y } = node.position();
+      if (x > x2) x2 = x + 100;
+      if (y < y1) y1 = y - 30;
+      if (y > y2) y2 = y + 30;
+    });
+    const padding = 30;
+    const width = this.cy.width();
+    const height = this.cy.height();
+    const zoom = Math.min(4, Math.min((width - 2 * padding) / (x2 - x1), (height - 2 * padding) / (y2 - y1 + 40)));
+    this.cy.viewport({
+      zoom,
+      pan: { x: (width - zoom * (x1 + x2)) / 2, y: (height - zoom * (y1 + y2)) / 2 },
+    });
+  }
+
+  // Draw (or redraw) the server's graph; nodes keep the store's newer status.
+  apply(graph, { round = null } = {}) {
+    if (round == null) {
+      this.collapsed = graph.collapsed;
+      if (graph.collapsed) {
+        this.onNotice(
+          `This run has ${formatCount(graph.step_count)} steps, so its rounds are folded: ` +
+            "click a round (or its button above) to open it. The step list below has every step.",
+        );
+      }
+    }
+    for (const group of graph.groups) this.groups.set(group.round, group);
+    const elements = [];
+    for (const group of graph.groups) elements.push(this.groupElement(group));
+    for (const node of graph.nodes) elements.push(node.kind === "plan" ? this.planElement(node) : this.stepElement(node));
+    const large = this.cy ? this.large : graph.step_count > LARGE_GRAPH;
+    if (large) this.edgeSets.set(round == null ? "all" : round, graph.edges);
+    else for (const edge of graph.edges) elements.push({ group: "edges", data: edge });
+    this.rightEdge = Math.max(this.rightEdge, ...graph.groups.map((g) => g.x + g.width / 2));
+
+    if (!this.cy) {
+      this.create(elements, graph.step_count);
+      this.addMissingSteps();
+      this.showDetailInView();
+      return;
+    }
+    const cy = this.cy;
+    cy.batch(() => {
+      const incoming = new Set();
+      const additions = [];
+      for (const element of elements) {
+        const id = element.data.id;
+        incoming.add(id);
+        const existing = cy.getElementById(id);
+        if (existing.empty()) {
+          additions.push(element);
+          continue;
+        }
+        existing.data(element.data);
+        if (element.position) existing.position(element.position);
+        if (element.classes !== undefined) existing.classes(element.classes);
+      }
+      if (round == null) {
+        // Whatever the whole graph no longer has goes, except rounds opened on demand.
+        const stale = cy.elements().filter((element) => {
+          if (incoming.has(element.id())) return false;
+          const elementRound = element.isNode() ? element.data("round") : element.source().data("round");
+          return !(this.collapsed && this.expanded.has(elementRound));
+        });
+        cy.remove(stale);
+      }
+      cy.add(additions);
+    });
+    if (round == null) this.addMissingSteps();
+    if (round == null && !this.userMoved) this.fitToGroups();
+    this.showDetailInView();
+  }
+
+  groupElement(group) {
+    const collapsed = group.collapsed && !this.expanded.has(group.round);
+    const counts = this.store.roundCounts.get(group.round) || group.statuses;
+    return {
+      group: "nodes",
+      data: {
+        id: group.id,
+        kind: "group",
+        round: group.round,
+        w: group.width,
+        h: group.height,
+        fontSize: Math.max(16, Math.min(group.width, group.height) / 10),
+        label: groupLabel(group.round, counts, group.step_count, collapsed),
+      },
+      position: { x: group.x, y: group.y },
+      classes: collapsed ? "group collapsed" : "group",
+      selectable: false,
+    };
+  }
+
+  planElement(node) {
+    const plan = this.store.plans.get(node.round);
+    const attempts = plan ? plan.attempts : node.attempts;
+    const status = plan ? planStatus(plan) : node.status;
+    const retries = attempts > 1 ? `\n${attempts} attempts` : "";
+    return {
+      group: "nodes",
+      data: { id: node.id, kind: "plan", round: node.round, status, label: `${node.label}${retries}` },
+      position: { x: node.x, y: node.y },
+      classes: "plan",
+    };
+  }
+
+  stepElement(node) {
+    const step = this.store.steps.get(node.step);
+    return {
+      group: "nodes",
+      data: {
+        id: node.id,
+        kind: "step",
+        step: node.step,
+        round: node.round,
+        status: step ? step.status : node.status,
+        label: step ? stepGraphLabel(step) : `${node.worker}\n${node.label}`,
+      },
+      position: { x: node.x, y: node.y },
+      classes: node.step === this.currentStep ? "step current" : "step",
+    };
+  }
+
+  // Steps the store knows but the server's graph did not have yet (they arrived meanwhile).
+  addMissingSteps() {
+    if (this.collapsed) return;
+    const missing = [];
+    for (const step of this.store.steps.values()) {
+      if (this.cy.getElementById(`s${step.id}`).empty()) missing.push(step);
+    }
+    if (!missing.length) return;
+    this.cy.batch(() => {
+      for (const step of missing) this.addProvisionalStep(step);
+    });
+    this.scheduleRefresh();
+  }
+
+  addProvisionalStep(step) {
+    // A temporary place right of everything drawn; the next fetch moves it to its layer.
+    this.cy.add({
+      group: "nodes",
+      data: { id: `s${step.id}`, kind: "step", step: step.id, round: step.round, status: step.status, label: stepGraphLabel(step) },
+      position: { x: this.rightEdge + 160, y: step.index * ROW_HEIGHT },
+      classes: "step",
+    });
+  }
+
+  // Apply one frame's changes from the store.
+  update(changes) {
+    if (!this.cy) return;
+    const cy = this.cy;
+    cy.batch(() => {
+      for (const id of changes.changedSteps) {
+        const step = this.store.steps.get(id);
+        const node = cy.getElementById(`s${id}`);
+        if (node.nonempty()) node.data({ status: step.status, label: stepGraphLabel(step) });
+        else if (!this.collapsed || this.expanded.has(step.round)) this.addProvisionalStep(step);
+      }
+      for (const round of changes.plans) {
+        const plan = this.store.plans.get(round);
+        const node = cy.getElementById(`p${round}`);
+        if (node.nonempty() && plan) node.data("status", planStatus(plan));
+      }
+      if (this.collapsed) {
+        for (const round of changes.rounds) {
+          const group = this.groups.get(round);
+          const node = cy.getElementById(`r${round}`);
+          if (!group || node.empty() || !node.hasClass("collapsed")) continue;
+          const counts = this.store.roundCounts.get(round);
+          const stepCount = Object.values(counts).reduce((sum, count) => sum + count, 0);
+          node.data("label", groupLabel(round, counts, stepCount, true));
+        }
+      }
+    });
+    if (changes.structure) this.scheduleRefresh();
+  }
+
+  scheduleRefresh() {
+    if (this.refreshTimer) {
+      this.refreshQueued = true;
+      return;
+    }
+    this.refreshTimer = setTimeout(async () => {
+      try {
+        this.apply(await this.fetchGraph(null));
+        for (const round of this.expanded) this.apply(await this.fetchGraph(round), { round });
+      } catch {
+        // The next change tries again; meanwhile new steps stay where they were drawn.
+      } finally {
+        this.refreshTimer = null;
+        if (this.refreshQueued) {
+          this.refreshQueued = false;
+          this.scheduleRefresh();
+        }
+      }
+    }, REFRESH_DELAY_MS);
+  }
+
+  async expandRound(round) {
+    if (!this.cy) return;
+    const node = this.cy.getElementById(`r${round}`);
+    if (!this.collapsed || this.expanded.has(round)) {
+      if (node.nonempty()) this.cy.fit(node, 30);
+      return;
+    }
+    this.onNotice(`Opening round ${round}…`);
+    try {
+      const graph = await this.fetchGraph(round);
+      if (graph.collapsed || !graph.nodes.some((n) => n.round === round)) {
+        this.onNotice(`Round ${round} could not be opened: the server sent it folded.`);
+        return;
+      }
+      this.expanded.add(round);
+      this.apply(graph, { round });
+      this.userMoved = true;
+      this.cy.fit(this.cy.getElementById(`r${round}`), 30);
+      this.onNotice(`Round ${round} is open.`);
+    } catch (error) {
+      this.onNotice(`Round ${round} could not be opened (${error.message}).`);
+    }
+  }
+
+  // Mark the step whose details are open, bringing it into view if it is not.
+  select(stepId) {
+    if (!this.cy) return;
+    this.currentStep = stepId;
+    this.cy.batch(() => {
+      this.cy.nodes(".current").removeClass("current");
+      if (stepId != null) this.cy.getElementById(`s${stepId}`).addClass("current");
+    });
+    const node = stepId == null ? null : this.cy.getElementById(`s${stepId}`);
+    if (node && node.nonempty()) {
+      const box = node.renderedBoundingBox();
+      const outside = box.x2 < 0 || box.y2 < 0 || box.x1 > this.cy.width() || box.y1 > this.cy.height();
+      if (outside) this.cy.center(node);
+    }
+  }
+
+  fit() {
+    if (!this.cy) return;
+    this.userMoved = false;
+    this.fitToGroups();
+  }
+
+  zoomBy(factor) {
+    if (!this.cy) return;
+    this.userMoved = true;
+    this.cy.zoom({
+      level: this.cy.zoom() * factor,
+      renderedPosition: { x: this.cy.width() / 2, y: this.cy.height() / 2 },
+    });
+  }
+
+  // Where a step's node is drawn on the page, for clicking it like a user would.
+  clientPositionOf(stepId) {
+    if (!this.cy) return null;
+    const node = this.cy.getElementById(`s${stepId}`);
+    if (node.empty()) return null;
+    const rendered = node.renderedPosition();
+    const box = this.container.getBoundingClientRect();
+    return { x: box.left + rendered.x, y: box.top + rendered.y };
+  }
+}
+
+export function planStatus(plan) {
+  if (plan.error) return "failed";
+  return plan.accepts ? "accepted" : "succeeded";
+}

@@ -1,0 +1,77 @@
+// The run's header: status, final answer, score, error, totals and the live indicator.
+
+import { renderMarkdown } from "./markdown.js";
+import { formatCost, formatCount, formatScore, formatSeconds, setStatusBadge } from "./format.js";
+
+const LIVE_TEXT = {
+  connecting: "Connecting…",
+  live: "Live",
+  reconnecting: "Reconnecting…",
+  finished: "Finished",
+};
+
+export class RunHeader {
+  constructor(root, store) {
+    this.store = store;
+    this.find = (id) => root.querySelector(`#${id}`);
+    this.status = this.find("run-status");
+    this.answer = this.find("run-answer");
+    this.score = this.find("run-score");
+    this.error = this.find("run-error");
+    this.indicator = this.find("live-indicator");
+    this.renderedAnswer = null;
+    this.clock = null;
+  }
+
+  render() {
+    const run = this.store.run;
+    setStatusBadge(this.status, run.status);
+    if (run.answer !== this.renderedAnswer) {
+      // The final answer is a model's output: safe Markdown like every response.
+      this.renderedAnswer = run.answer;
+      this.answer.classList.remove("plain-text");
+      if (run.answer) renderMarkdown(this.answer, run.answer);
+      else this.answer.textContent = this.store.finished ? "—" : "Not yet.";
+    }
+    this.score.textContent = formatScore(run.score);
+    this.error.hidden = !run.error;
+    this.error.textContent = run.error || "";
+    this.renderTotals();
+    this.tickWhileRunning();
+  }
+
+  renderTotals() {
+    const totals = this.store.run.totals || {};
+    this.find("total-tokens-in").textContent = formatCount(totals.tokens_in);
+    this.find("total-tokens-out").textContent = formatCount(totals.tokens_out);
+    this.find("total-cost").textContent = formatCost(totals.cost);
+    this.find("total-model-calls").textContent = formatCount(totals.model_calls);
+    this.find("total-steps").textContent = formatCount(Math.max(totals.step_count || 0, this.store.steps.size));
+    this.find("total-wall-time").textContent = formatSeconds(this.wallTime());
+  }
+
+  wallTime() {
+    const run = this.store.run;
+    const stored = run.totals && run.totals.wall_time;
+    if (stored != null || this.store.finished || !run.started_at) return stored;
+    return (Date.now() - Date.parse(run.started_at)) / 1000;
+  }
+
+  // While the run is going, the wall time counts up once a second.
+  tickWhileRunning() {
+    const running = !this.store.finished && this.store.run.started_at;
+    if (running && !this.clock) {
+      this.clock = setInterval(() => {
+        this.find("total-wall-time").textContent = formatSeconds(this.wallTime());
+      }, 1000);
+    } else if (!running && this.clock) {
+      clearInterval(this.clock);
+      this.clock = null;
+    }
+  }
+
+  setLiveState(state) {
+    this.indicator.dataset.state = state;
+    this.indicator.textContent = LIVE_TEXT[state] || state;
+  }
+}

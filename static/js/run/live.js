@@ -1,0 +1,100 @@
+// The run's websocket: snapshot first, then live events; on a drop, reconnect with backoff from
+// the last seq seen (?after=<seq>) so nothing is missed and nothing is applied twice.
+
+const FIRST_RETRY_MS = 500;
+const MAX_RETRY_MS = 10000;
+
+export class LiveConnection {
+  // onEvent(event) gets each new event once, in seq order; onState(state) gets
+  // "connecting" | "live" | "reconnecting" | "finished".
+  constructor({ path, onEvent, onState }) {
+    this.path = path;
+    this.onEvent = onEvent;
+    this.onState = onState;
+    this.lastSeq = 0;
+    this.socket = null;
+    this.retries = 0;
+    this.retryTimer = null;
+    this.stopped = false;
+  }
+
+  start() {
+    this.stopped = false;
+    this.connect();
+  }
+
+  // No more events will come (the run has finished and every event was received).
+  finish() {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+    if (this.socket) this.socket.close(1000, "run finished");
+    this.socket = null;
+    this.onState("finished");
+  }
+
+  url() {
+    const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
+    // The first connection asks for a snapshot; later ones for what was missed since lastSeq.
+    const query = this.lastSeq > 0 ? `?after=${this.lastSeq}` : "";
+    return `${scheme}//${window.location.host}${this.path}${query}`;
+  }
+
+  connect() {
+    clearTimeout(this.retryTimer);
+    this.onState(this.retries ? "reconnecting" : "connecting");
+    const socket = new WebSocket(this.url());
+    this.socket = socket;
+    socket.addEventListener("open", () => {
+      if (socket !== this.socket) return;
+      this.retries = 0;
+      this.onState("live");
+    });
+    socket.addEventListener("message", (message) => {
+      if (socket !== this.socket) return;
+      this.receive(socket, message.data);
+    });
+    socket.addEventListener("close", () => {
+      if (socket !== this.socket || this.stopped) return;
+      this.socket = null;
+      this.scheduleReconnect();
+    });
+  }
+
+  receive(socket, text) {
+    let event;
+    try {
+      event = JSON.parse(text);
+    } catch {
+      return;
+    }
+    if (typeof event.seq !== "number") return;
+    if (event.type === "snapshot") {
+      this.lastSeq = Math.max(this.lastSeq, event.seq);
+      this.onEvent(event);
+      return;
+    }
+    if (event.seq <= this.lastSeq) return; // seen already
+    if (this.lastSeq > 0 && event.seq > this.lastSeq + 1) {
+      // A gap: fetch what is missing from the stored events rather than draw out of order.
+      this.resync(socket);
+      return;
+    }
+    this.lastSeq = event.seq;
+    this.onEvent(event);
+  }
+
+  resync(socket) {
+    if (socket !== this.socket) return;
+    this.socket = null;
+    socket.close(4000, "resync");
+    this.connect();
+  }
+
+  scheduleReconnect() {
+    this.retries += 1;
+    this.onState("reconnecting");
+    const backoff = Math.min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** (this.retries - 1));
+    const jitter = backoff * 0.2 * Math.random();
+    this.retryTimer = setTimeout(() => this.connect(), backoff + jitter);
+  }
+}

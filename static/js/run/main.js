@@ -1,0 +1,169 @@
+// The run page: draws the run from the snapshot embedded in the page, then keeps it live over the
+// run's websocket. Events are queued as they arrive and applied once per animation frame, so a
+// burst of events costs one DOM and graph update, not one each.
+
+import { GraphView } from "./graph.js";
+import { RunHeader } from "./header.js";
+import { LiveConnection } from "./live.js";
+import { DetailsPanel } from "./panel.js";
+import { StepList } from "./steplist.js";
+import { Changes, RunStore } from "./store.js";
+import { Timeline } from "./timeline.js";
+import { element } from "./format.js";
+
+const root = document.getElementById("run-page");
+const runId = Number(root.dataset.runId);
+const apiRoot = root.dataset.apiRoot;
+
+// Plain same-origin GETs (session cookie, JSON by default): the page's preload of the graph
+// is this very request, so the browser reuses it.
+async function api(path) {
+  const response = await fetch(`${apiRoot}${path}`, { credentials: "same-origin" });
+  if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
+  return response.json();
+}
+
+const fetchGraph = (round) => api(`runs/${runId}/graph/${round == null ? "" : `?round=${round}`}`);
+// The server lays the graph out while this page reads its snapshot and lists the steps.
+const firstGraph = fetchGraph(null);
+firstGraph.catch(() => {}); // reported by graph.load()
+const snapshot = JSON.parse(document.getElementById("run-snapshot").textContent);
+const store = new RunStore(snapshot);
+
+const notice = document.getElementById("graph-notice");
+function showNotice(text) {
+  notice.textContent = text;
+  notice.hidden = !text;
+}
+
+const header = new RunHeader(root, store);
+const stepList = new StepList({
+  list: document.getElementById("step-list"),
+  empty: document.getElementById("step-list-empty"),
+  count: document.getElementById("steps-count"),
+  store,
+  onOpenStep: openStep,
+});
+const graph = new GraphView({
+  container: document.getElementById("run-graph"),
+  store,
+  fetchGraph,
+  onOpenStep: openStep,
+  onOpenPlan: openPlan,
+  onNotice: showNotice,
+});
+const panel = new DetailsPanel({
+  panel: document.getElementById("run-panel"),
+  title: document.getElementById("run-panel-title"),
+  body: document.getElementById("run-panel-body"),
+  closeButton: document.getElementById("run-panel-close"),
+  store,
+  api,
+  runId,
+  onClose: () => {
+    stepList.markCurrent(null);
+    graph.select(null);
+    history.replaceState(null, "", window.location.pathname + window.location.search);
+  },
+});
+const timeline = new Timeline({
+  details: document.getElementById("timeline-section"),
+  canvas: document.getElementById("run-timeline"),
+  store,
+  onOpenStep: openStep,
+});
+
+function openStep(id) {
+  stepList.markCurrent(id);
+  graph.select(id);
+  history.replaceState(null, "", `#step-${id}`);
+  panel.showStep(id);
+}
+
+function openPlan(round) {
+  stepList.markCurrent(null);
+  graph.select(null);
+  history.replaceState(null, "", `#plan-${round}`);
+  panel.showPlan(round);
+}
+
+function openFromHash() {
+  const match = /^#(step|plan)-(\d+)$/.exec(window.location.hash);
+  if (!match) return;
+  if (match[1] === "step") openStep(Number(match[2]));
+  else openPlan(Number(match[2]));
+}
+
+// One button per round: the conductor's plan (raw output, parse errors) is one click away.
+const roundPlans = document.getElementById("round-plans");
+function renderRoundPlans() {
+  const buttons = [...store.plans.values()]
+    .sort((a, b) => a.round - b.round)
+    .map((plan) => {
+      const trouble = plan.error ? " (failed)" : plan.attempts > 1 ? ` (${plan.attempts} attempts)` : "";
+      const button = element("button", { type: "button", class: plan.error ? "plan-button plan-failed" : "plan-button" }, `Plan, round ${plan.round}${trouble}`);
+      button.addEventListener("click", () => openPlan(plan.round));
+      return button;
+    });
+  roundPlans.replaceChildren(...buttons);
+}
+
+// Live events: queued on arrival, applied together once per frame (or after 100 ms in a
+// background tab, where frames do not come).
+let queue = [];
+let flushScheduled = false;
+
+function receive(event) {
+  queue.push(event);
+  if (flushScheduled) return;
+  flushScheduled = true;
+  const timer = setTimeout(flush, 100);
+  requestAnimationFrame(() => {
+    clearTimeout(timer);
+    flush();
+  });
+}
+
+function flush() {
+  if (!flushScheduled) return;
+  flushScheduled = false;
+  const events = queue;
+  queue = [];
+  const changes = new Changes();
+  for (const event of events) store.apply(event, changes);
+  draw(changes);
+  if (store.finished && !live.stopped) live.finish();
+}
+
+function draw(changes) {
+  if (changes.run || changes.totals) header.render();
+  stepList.update(changes);
+  graph.update(changes);
+  panel.update(changes);
+  timeline.update(changes);
+  if (changes.plans.size) renderRoundPlans();
+}
+
+const live = new LiveConnection({
+  path: root.dataset.wsPath,
+  onEvent: receive,
+  onState: (state) => header.setLiveState(state),
+});
+
+header.render();
+stepList.renderAll();
+renderRoundPlans();
+document.getElementById("graph-fit").addEventListener("click", () => graph.fit());
+document.getElementById("graph-zoom-in").addEventListener("click", () => graph.zoomBy(1.25));
+document.getElementById("graph-zoom-out").addEventListener("click", () => graph.zoomBy(0.8));
+window.addEventListener("hashchange", openFromHash);
+// The websocket's snapshot repeats what the page already has: take it once the graph is drawn.
+graph.load(firstGraph).then(() => {
+  openFromHash();
+  live.start();
+});
+if (store.steps.size > 2000) document.getElementById("timeline-section").open = false;
+else document.getElementById("timeline-section").open = true;
+
+// For tests and benchmarks that drive the page like a user: where is a step drawn?
+window.runPage = { store, graph, live };

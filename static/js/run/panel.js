@@ -1,0 +1,252 @@
+// The details panel: a step (instruction, worker, access list as links, the exact messages sent,
+// the response as safe Markdown, tokens, cost, latency, attempts, error) or a round's plan (the
+// conductor's raw output of every attempt and why an attempt could not be used).
+
+import { renderMarkdown } from "./markdown.js";
+import { element, formatCost, formatCount, formatSeconds, statusBadge, stepName } from "./format.js";
+import { planStatus } from "./graph.js";
+
+const FINISHED_STEP = new Set(["succeeded", "failed"]);
+
+export class DetailsPanel {
+  constructor({ panel, title, body, closeButton, store, api, runId, onClose }) {
+    this.panel = panel;
+    this.title = title;
+    this.body = body;
+    this.store = store;
+    this.api = api;
+    this.runId = runId;
+    this.onClose = onClose;
+    this.showing = null; // {kind: "step", id} | {kind: "plan", round}
+    this.renderedStatus = null;
+    this.request = 0;
+    this.returnFocus = null;
+    closeButton.addEventListener("click", () => this.close());
+    panel.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") this.close();
+    });
+  }
+
+  open() {
+    if (this.panel.hidden) this.returnFocus = document.activeElement;
+    this.panel.hidden = false;
+    this.title.focus({ preventScroll: true });
+  }
+
+  close() {
+    if (this.panel.hidden) return;
+    this.panel.hidden = true;
+    this.showing = null;
+    this.onClose();
+    if (this.returnFocus && this.returnFocus.isConnected) this.returnFocus.focus();
+    this.returnFocus = null;
+  }
+
+  async showStep(id) {
+    const step = this.store.steps.get(id);
+    this.showing = { kind: "step", id };
+    this.open();
+    if (!step) {
+      this.title.textContent = `Step ${id}`;
+      this.body.replaceChildren(element("p", { class: "hint" }, "This step is not part of this run."));
+      return;
+    }
+    this.renderStep(step, null);
+    await this.fetchStep(id);
+  }
+
+  async fetchStep(id) {
+    const request = ++this.request;
+    try {
+      const detail = await this.api(`steps/${id}/`);
+      if (request !== this.request) return;
+      this.renderStep({ ...this.store.steps.get(id), ...detail }, detail);
+    } catch (error) {
+      if (request !== this.request) return;
+      for (const slot of this.body.querySelectorAll("[data-loading]")) {
+        slot.replaceChildren(element("p", { class: "form-error" }, `Could not load: ${error.message}`));
+      }
+    }
+  }
+
+  renderStep(step, detail) {
+    this.renderedStatus = step.status;
+    this.title.textContent = `${stepName(step)} · ${step.worker}`;
+    const facts = element(
+      "dl",
+      { class: "panel-facts" },
+      ...fact("Status", statusBadge(step.status)),
+      ...fact("Worker", `${step.worker} (${step.model})`),
+      ...fact("Tokens in / out", `${formatCount(step.tokens_in)} / ${formatCount(step.tokens_out)}`),
+      ...fact("Cost", formatCost(step.cost)),
+      ...fact("Latency", formatSeconds(step.latency)),
+      ...fact("Attempts", formatCount(step.attempts)),
+      ...fact("Started", step.started_at ? new Date(step.started_at).toLocaleTimeString() : "—"),
+      ...fact("Finished", step.finished_at ? new Date(step.finished_at).toLocaleTimeString() : "—"),
+      ...(step.reused_from ? fact("Reused from", `step ${step.reused_from} of another run`) : []),
+    );
+    const sections = [
+      facts,
+      section("Instruction", element("div", { class: "plain-text" }, step.instruction)),
+      section("Access list", this.accessList(step)),
+    ];
+    if (step.error) sections.push(section("Error", element("pre", { class: "error-text" }, step.error)));
+    sections.push(section("Response", this.responseSlot(step, detail)));
+    sections.push(section("Messages sent", this.messagesSlot(detail)));
+    this.body.replaceChildren(...sections);
+  }
+
+  accessList(step) {
+    const given = step.access === "all" ? "all earlier steps" : Array.isArray(step.access) && step.access.length ? `steps ${step.access.join(", ")} of this round` : "no earlier step";
+    const reads = step.reads || [];
+    const links = reads.map((id) => {
+      const read = this.store.steps.get(id);
+      const name = read ? `${stepName(read)} · ${read.worker}` : `Step ${id}`;
+      return element("li", {}, element("a", { href: `#step-${id}`, dataset: { stepLink: id } }, name));
+    });
+    return element(
+      "div",
+      {},
+      element("p", { class: "hint" }, `As written: ${given}.`),
+      links.length ? element("ul", { class: "access-links" }, ...links) : element("p", {}, "Reads nothing."),
+    );
+  }
+
+  responseSlot(step, detail) {
+    if (!detail) return element("p", { class: "hint", dataset: { loading: "" } }, "Loading…");
+    if (!detail.response) {
+      return element("p", { class: "hint" }, FINISHED_STEP.has(step.status) ? "No response." : "No response yet.");
+    }
+    const container = element("div", { class: "markdown response" });
+    renderMarkdown(container, detail.response);
+    return container;
+  }
+
+  messagesSlot(detail) {
+    if (!detail) return element("p", { class: "hint", dataset: { loading: "" } }, "Loading…");
+    return messageList(detail.messages);
+  }
+
+  async showPlan(round, { refresh = false } = {}) {
+    this.showing = { kind: "plan", round };
+    if (!refresh) {
+      this.open();
+      this.title.textContent = `Plan, round ${round}`;
+      this.body.replaceChildren(element("p", { class: "hint" }, "Loading…"));
+    }
+    const request = ++this.request;
+    try {
+      const run = await this.api(`runs/${this.runId}/`);
+      if (request !== this.request) return;
+      const plan = (run.plans || []).find((p) => p.round === round);
+      if (!plan) {
+        this.body.replaceChildren(element("p", { class: "hint" }, "This round has no plan yet."));
+        return;
+      }
+      this.renderPlan(plan);
+    } catch (error) {
+      if (request !== this.request) return;
+      this.body.replaceChildren(element("p", { class: "form-error" }, `Could not load the plan: ${error.message}`));
+    }
+  }
+
+  renderPlan(plan) {
+    const attempts = Array.isArray(plan.attempts) ? plan.attempts : [];
+    const status = planStatus({ ...plan, accepts: Array.isArray(plan.workflow) && plan.workflow.length === 0 });
+    const outcome = {
+      failed: "No usable workflow: the run failed.",
+      accepted: "Accepted the previous answer (empty lists).",
+      succeeded: `A workflow of ${(plan.workflow || []).length} steps.`,
+    }[status];
+    const sections = [
+      element(
+        "dl",
+        { class: "panel-facts" },
+        ...fact("Strategy", plan.strategy),
+        ...fact("Outcome", outcome),
+        ...fact("Attempts", formatCount(attempts.length)),
+      ),
+    ];
+    if (plan.error) sections.push(section("Error", element("pre", { class: "error-text" }, plan.error)));
+    if (plan.workflow && plan.workflow.length) {
+      const rows = plan.workflow.map((spec, index) =>
+        element(
+          "li",
+          {},
+          element("span", { class: "step-item-worker" }, typeof spec.worker === "number" ? `Model ${spec.worker}` : String(spec.worker)),
+          " ",
+          element("span", {}, spec.instruction),
+          " ",
+          element("span", { class: "hint" }, `(reads ${JSON.stringify(spec.access ?? [])})`),
+        ),
+      );
+      sections.push(section("Workflow", element("ol", { class: "plan-workflow", start: "0" }, ...rows)));
+    }
+    const attemptItems = attempts.map((attempt, index) => {
+      const details = element(
+        "details",
+        { class: "plan-attempt", open: attempt.error || index === attempts.length - 1 },
+        element(
+          "summary",
+          {},
+          `Attempt ${index + 1}: ${attempt.error ? "could not be used" : "used"}`,
+          attempt.tokens_in != null ? ` · ${formatCount(attempt.tokens_in)} in / ${formatCount(attempt.tokens_out)} out` : "",
+          attempt.latency != null ? ` · ${formatSeconds(attempt.latency)}` : "",
+        ),
+        element("pre", { class: "raw-output" }, attempt.raw || "(empty output)"),
+      );
+      if (attempt.error) details.append(element("pre", { class: "error-text" }, attempt.error));
+      return details;
+    });
+    sections.push(
+      section(
+        "Conductor output",
+        attemptItems.length ? element("div", {}, ...attemptItems) : element("p", { class: "hint" }, "A fixed strategy: no conductor call."),
+      ),
+    );
+    if (plan.messages && plan.messages.length) {
+      sections.push(
+        section("Messages sent to the conductor", element("details", {}, element("summary", {}, `${plan.messages.length} messages`), messageList(plan.messages))),
+      );
+    }
+    this.body.replaceChildren(...sections);
+  }
+
+  // A frame's live changes: refresh what is showing if it changed.
+  update(changes) {
+    if (!this.showing || this.panel.hidden) return;
+    if (this.showing.kind === "step" && changes.changedSteps.has(this.showing.id)) {
+      const step = this.store.steps.get(this.showing.id);
+      if (step.status !== this.renderedStatus) {
+        this.renderStep(step, null);
+        this.fetchStep(step.id);
+      }
+    } else if (this.showing.kind === "plan" && changes.plans.has(this.showing.round)) {
+      this.showPlan(this.showing.round, { refresh: true });
+    }
+  }
+}
+
+function fact(label, value) {
+  return [element("dt", {}, label), element("dd", {}, value)];
+}
+
+function section(heading, content) {
+  return element("section", { class: "panel-section" }, element("h3", {}, heading), content);
+}
+
+function messageList(messages) {
+  if (!messages || !messages.length) return element("p", { class: "hint" }, "None recorded.");
+  return element(
+    "ol",
+    { class: "messages" },
+    ...messages.map((message) =>
+      element(
+        "li",
+        { class: `message message-${message.role}` },
+        element("span", { class: "message-role" }, message.role),
+        element("pre", { class: "message-content" }, message.content),
+      ),
+    ),
+  );
+}

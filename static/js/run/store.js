@@ -1,0 +1,181 @@
+// The run as the page knows it: the snapshot, then every live event applied in seq order.
+// Follows the schema in orchestrator/events.py. Every operation is O(1) per event (apart from the
+// rare step that arrives out of order), so a run of many thousands of steps stays cheap.
+
+export const STEP_STATUSES = ["pending", "running", "succeeded", "failed"];
+
+// What changed since the page last drew; filled by the store, consumed once per frame.
+export class Changes {
+  constructor() {
+    this.run = false;
+    this.totals = false;
+    this.structure = false; // steps or plans were added: the graph's layout must be fetched again
+    this.addedSteps = new Set();
+    this.changedSteps = new Set();
+    this.rounds = new Set(); // rounds whose counts by status changed
+    this.plans = new Set(); // rounds whose plan arrived or changed
+  }
+
+  get empty() {
+    return !(this.run || this.totals || this.structure || this.changedSteps.size || this.plans.size);
+  }
+}
+
+export class RunStore {
+  constructor(state) {
+    this.run = state.run;
+    this.plans = new Map(); // round -> plan
+    this.steps = new Map(); // step id -> step
+    this.order = []; // steps sorted by (round, index)
+    this.roundCounts = new Map(); // round -> {status: count}
+    this.loadState(state, new Changes());
+  }
+
+  // A snapshot (the page's own, or the websocket's): the run as it is now.
+  loadState(state, changes) {
+    this.run = state.run;
+    changes.run = changes.totals = true;
+    for (const plan of state.plans || []) this.putPlan(plan, changes);
+    for (const step of state.steps || []) this.putStep(step, changes);
+    return changes;
+  }
+
+  // One event of orchestrator/events.py. The caller has already dropped events seen before.
+  apply(event, changes) {
+    switch (event.type) {
+      case "snapshot":
+        this.loadState(event.state, changes);
+        break;
+      case "run.status":
+        this.run = { ...this.run, status: event.status };
+        changes.run = true;
+        break;
+      case "plan.created":
+        this.putPlan(event.plan, changes);
+        break;
+      case "step.created":
+      case "step.started":
+      case "step.finished":
+      case "step.failed":
+        this.putStep(event.step, changes);
+        if (event.totals) this.setTotals(event.totals, changes);
+        break;
+      case "run.finished":
+        this.run = {
+          ...this.run,
+          status: event.status,
+          answer: event.answer ?? this.run.answer,
+          score: event.score ?? this.run.score,
+          error: event.error ?? this.run.error,
+        };
+        changes.run = true;
+        if (event.totals) this.setTotals(event.totals, changes);
+        break;
+      default:
+        // An event type this page does not know yet: nothing to draw.
+        break;
+    }
+  }
+
+  setTotals(totals, changes) {
+    this.run = { ...this.run, totals };
+    changes.totals = true;
+  }
+
+  putPlan(plan, changes) {
+    const known = this.plans.get(plan.round);
+    this.plans.set(plan.round, plan);
+    changes.plans.add(plan.round);
+    if (!known) changes.structure = true;
+  }
+
+  putStep(step, changes) {
+    const known = this.steps.get(step.id);
+    if (known && sameStep(known, step)) return;
+    this.steps.set(step.id, step);
+    this.countStatus(step.round, known ? known.status : null, step.status);
+    changes.changedSteps.add(step.id);
+    changes.rounds.add(step.round);
+    if (!known) {
+      this.insertInOrder(step);
+      changes.addedSteps.add(step.id);
+      changes.structure = true;
+    } else if (!sameReads(known.reads, step.reads)) {
+      changes.structure = true;
+    }
+  }
+
+  countStatus(round, before, after) {
+    let counts = this.roundCounts.get(round);
+    if (!counts) this.roundCounts.set(round, (counts = {}));
+    if (before) counts[before] -= 1;
+    counts[after] = (counts[after] || 0) + 1;
+  }
+
+  insertInOrder(step) {
+    const order = this.order;
+    const last = order[order.length - 1];
+    if (!last || compareSteps(last, step) < 0) {
+      order.push(step);
+      return order.length - 1;
+    }
+    // Out of order (rare): binary search, then one splice.
+    let low = 0;
+    let high = order.length;
+    while (low < high) {
+      const middle = (low + high) >> 1;
+      if (compareSteps(order[middle], step) < 0) low = middle + 1;
+      else high = middle;
+    }
+    order.splice(low, 0, step);
+    return low;
+  }
+
+  // Steps in order, current data (order keeps the first object seen; look the id up again).
+  orderedSteps() {
+    return this.order.map((step) => this.steps.get(step.id));
+  }
+
+  // The step that follows this one in order (for inserting its list item), or null.
+  nextStepAfter(id) {
+    const step = this.steps.get(id);
+    let low = 0;
+    let high = this.order.length;
+    while (low < high) {
+      const middle = (low + high) >> 1;
+      if (compareSteps(this.order[middle], step) <= 0) low = middle + 1;
+      else high = middle;
+    }
+    return low < this.order.length ? this.order[low].id : null;
+  }
+
+  get finished() {
+    return ["succeeded", "failed", "cancelled"].includes(this.run.status);
+  }
+}
+
+function compareSteps(a, b) {
+  return a.round - b.round || a.index - b.index || a.id - b.id;
+}
+
+function sameReads(a, b) {
+  if (a === b) return true;
+  if (!a || !b || a.length !== b.length) return false;
+  return a.every((value, i) => value === b[i]);
+}
+
+function sameStep(a, b) {
+  return (
+    a.status === b.status &&
+    a.tokens_in === b.tokens_in &&
+    a.tokens_out === b.tokens_out &&
+    a.latency === b.latency &&
+    a.attempts === b.attempts &&
+    a.error === b.error &&
+    a.started_at === b.started_at &&
+    a.finished_at === b.finished_at &&
+    a.cost === b.cost &&
+    a.instruction === b.instruction &&
+    sameReads(a.reads, b.reads)
+  );
+}
