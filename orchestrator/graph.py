@@ -35,7 +35,7 @@ GROUP_PADDING: Final = 40.0
 """Space between a round's box and the nodes inside it."""
 NODE_WIDTH: Final = 180.0
 NODE_HEIGHT: Final = 44.0
-LABEL_CHARS: Final = 48
+LABEL_CHARS: Final = 34
 """The short form of an instruction shown on a node."""
 COLLAPSE_ABOVE: Final = 6000
 """Whole-run graphs with more steps than this send their rounds collapsed."""
