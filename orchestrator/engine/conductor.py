@@ -42,6 +42,7 @@ class PromptedConductor:
     ) -> None:
         self.client = client
         self.name = name
+        self.max_rounds: int | None = None
         self.sleep = sleep
 
     async def plan(

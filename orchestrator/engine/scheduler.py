@@ -150,7 +150,11 @@ class _Run:
         started = time.perf_counter()
         answer = ""
         previous_answer: str | None = None
-        for round_ in range(self.settings.max_rounds):
+        rounds = self.settings.max_rounds
+        if self.strategy.max_rounds is not None:
+            # Asking a fixed strategy for a round it never plans would show "planning" for nothing.
+            rounds = min(rounds, self.strategy.max_rounds)
+        for round_ in range(rounds):
             plan = await self._plan(round_, previous_answer)
             if plan is None:
                 break

@@ -47,6 +47,8 @@ class FixedStrategy:
     resolved when the run starts. Worker indices are checked against the pool by the scheduler.
     """
 
+    max_rounds = 1
+
     def __init__(self, name: str, build: Callable[[Sequence[WorkerInfo]], Workflow]) -> None:
         self.name = name
         self.build = build

@@ -150,6 +150,7 @@ class ScriptedStrategy:
     workflows: list[Workflow | None]
     name: str = "scripted"
     error: str = "could not plan"
+    max_rounds: int | None = None
     previous_answers: list[str | None] = field(default_factory=list)
 
     async def plan(

@@ -284,6 +284,7 @@ class CostlyPlanner:
     """A strategy whose (conductor) plan used many tokens."""
 
     name = "costly"
+    max_rounds = None
 
     async def plan(self, *, round, question, workers, settings, previous_answer):
         if round > 0:

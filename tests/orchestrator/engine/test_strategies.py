@@ -4,7 +4,7 @@ from orchestrator.engine.conductor import PromptedConductor
 from orchestrator.engine.scheduler import execute_run
 from orchestrator.engine.strategies import STRATEGIES, build_strategy
 from orchestrator.engine.types import RunSettings
-from tests.orchestrator.engine.fakes import FakeClient, make_workers
+from tests.orchestrator.engine.fakes import FakeClient, RecordingObserver, make_workers
 
 QUESTION = "What is six times seven?"
 
@@ -56,6 +56,20 @@ async def test_fixed_strategies_stop_after_the_first_round():
             previous_answer="Answer: 1",
         )
         assert second is None
+
+
+async def test_a_fixed_strategy_is_never_asked_to_plan_a_second_round():
+    observer = RecordingObserver()
+    result = await execute_run(
+        question=QUESTION,
+        strategy=build_strategy("single"),
+        workers=make_workers(2),
+        settings=RunSettings(max_rounds=3),
+        observer=observer,
+    )
+
+    assert result.status == "succeeded"
+    assert [name for name in observer.names() if name == "planning"] == ["planning"]
 
 
 async def test_reflection_is_a_chain_of_reviews():
