@@ -24,9 +24,9 @@ export function formatScore(value) {
   return value == null ? "—" : String(Math.round(value * 1000) / 1000);
 }
 
-// Must give what orchestrator.graph.short_instruction gives: nodes drawn before the server's
-// graph arrives carry the same label as after.
-export function shortInstruction(text, limit = 48) {
+// Must give what orchestrator.graph.short_instruction gives (LABEL_CHARS there): nodes drawn
+// before the server's graph arrives carry the same label as after.
+export function shortInstruction(text, limit = 34) {
   const line = (text || "").split("\n", 1)[0].split(/\s+/).filter(Boolean).join(" ");
   return line.length <= limit ? line : line.slice(0, limit - 1).trimEnd() + "…";
 }
@@ -39,12 +39,13 @@ export function stepTokens(step) {
   return (step.tokens_in || 0) + (step.tokens_out || 0);
 }
 
-// The label of a step on the graph: worker, tokens and time, then the short instruction.
+// The label of a step on the graph: worker, the short instruction, then tokens and time.
 export function stepGraphLabel(step) {
-  const facts = [step.worker];
+  const facts = [];
   if (stepTokens(step)) facts.push(`${formatCount(stepTokens(step))} tok`);
   if (step.latency != null) facts.push(formatSeconds(step.latency));
-  return `${facts.join(" · ")}\n${shortInstruction(step.instruction)}`;
+  const last = facts.length ? facts.join(" · ") : step.status;
+  return `${shortInstruction(step.worker, 30)}\n${shortInstruction(step.instruction)}\n${last}`;
 }
 
 // Build an element: element("a", {href: "#x", class: "y"}, "text", child). Text is always text.

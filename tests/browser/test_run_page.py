@@ -1,0 +1,238 @@
+"""The run page in a real browser: live updates, the details panel, safe Markdown, reconnects.
+
+Live tests use a server of their own whose simulated workers take about a second per step, so a
+run is still going while the page watches it (the shared server's workers answer in
+milliseconds). The step list (``#step-list li[data-step-id][data-status]``) is the graph's
+accessible twin: what a screen reader walks is what these tests read.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.browser.server import RunMaker, log_in, start_live_server
+
+pytestmark = pytest.mark.browser
+
+PAYLOAD = '<script>window.__pwned=1</script> and <img src=x onerror="window.__pwned=1"> **bold**'
+
+
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory, _browser_available):
+    """A server whose simulated workers answer in about a second: runs last long enough to watch."""
+    server = start_live_server(
+        tmp_path_factory.mktemp("slow-server"), extra_env={"CONDUCTOR_SIM_LATENCY_SCALE": "1"}
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def slow_page(browser, slow_server):
+    context = browser.new_context(base_url=slow_server.url, viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    log_in(page, slow_server)
+    yield page
+    context.close()
+
+
+def step_states(page) -> list[tuple[str, str]]:
+    """(step id, status) of every item of the step list, in order."""
+    return page.eval_on_selector_all(
+        "#step-list li", "items => items.map((li) => [li.dataset.stepId, li.dataset.status])"
+    )
+
+
+def wait_until_finished(page, timeout: float = 60_000) -> None:
+    page.wait_for_selector("#live-indicator[data-state=finished]", timeout=timeout)
+
+
+def api_steps(page, base_url: str, run_id: int) -> list[dict]:
+    response = page.request.get(f"{base_url}/api/runs/{run_id}/")
+    assert response.ok, response.text()
+    return response.json()["steps"]
+
+
+def record_frames(page) -> list[dict]:
+    """Every websocket message the page receives, parsed."""
+    frames: list[dict] = []
+
+    def on_socket(socket):
+        socket.on(
+            "framereceived",
+            lambda payload: frames.append(json.loads(payload)) if isinstance(payload, str) else None,
+        )
+
+    page.on("websocket", on_socket)
+    return frames
+
+
+def test_a_run_started_from_the_form_unfolds_live(slow_page, slow_server):
+    page = slow_page
+    frames = record_frames(page)
+    page.goto("/")
+    page.fill("#new-run-input", "What is 17 * 23 + 4?")
+    with page.expect_navigation(url=re.compile(r"/runs/\d+/$")):
+        page.click("#new-run-submit")
+    run_id = int(re.search(r"/runs/(\d+)/", page.url).group(1))
+    page.wait_for_selector("#live-indicator[data-state=live]")
+    # Seen while the run goes on: at least one step not finished yet.
+    page.wait_for_selector("#step-list li[data-status=pending], #step-list li[data-status=running]")
+
+    wait_until_finished(page)
+    steps = api_steps(page, slow_server.url, run_id)
+    states = step_states(page)
+    assert [int(step_id) for step_id, _ in states] == [s["id"] for s in steps]
+    assert {status for _, status in states} == {"succeeded"}
+    assert page.text_content("#run-status") == "succeeded"
+    # The page learnt of it over the websocket, not by reloading.
+    assert any(frame["type"] == "step.finished" for frame in frames)
+    assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
+    # The graph drew one node per step, in the finished colour.
+    node_states = page.evaluate(
+        "window.runPage.graph.cy.nodes('.step').map((n) => [n.data('step'), n.data('status')])"
+    )
+    assert sorted(node_states) == sorted([s["id"], "succeeded"] for s in steps)
+    assert page.text_content("#total-model-calls") != "0"
+
+
+def test_clicking_a_node_shows_the_exact_messages(browser_page, make_run, live_server_url):
+    page = browser_page
+    question = "What is 12 * 12 - 4?"
+    run_id = make_run(question)
+    make_run.wait(run_id)
+    page.goto(f"/runs/{run_id}/")
+    page.wait_for_selector("#run-graph[data-state=ready]")
+    first = api_steps(page, live_server_url, run_id)[0]
+
+    point = page.evaluate(f"window.runPage.graph.clientPositionOf({first['id']})")
+    page.mouse.click(point["x"], point["y"])
+
+    panel = page.locator("#run-panel")
+    panel.locator(".messages").wait_for()
+    assert page.text_content("#run-panel-title").startswith("Step 0.0")
+    user_messages = panel.locator(".message-user .message-content").all_text_contents()
+    assert any(question in text for text in user_messages)
+    assert first["instruction"] in panel.inner_text()
+    assert panel.locator(".response").inner_text().strip()
+    assert page.get_attribute(f"#step-list li[data-step-id='{first['id']}']", "aria-current") == "true"
+
+
+def test_the_step_list_is_walked_with_the_keyboard(browser_page, make_run):
+    page = browser_page
+    run_id = make_run("What is 9 + 10?")
+    make_run.wait(run_id)
+    page.goto(f"/runs/{run_id}/")
+    page.wait_for_selector("#run-graph[data-state=ready]")
+    items = step_states(page)
+    assert len(items) >= 2, "the demo conductor writes at least two steps for arithmetic"
+
+    page.focus("#step-list li:first-child button")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Enter")
+    page.locator("#run-panel .messages").wait_for()
+    assert page.text_content("#run-panel-title").startswith("Step 0.1")
+    page.keyboard.press("Escape")
+    assert page.is_hidden("#run-panel")
+    # Focus went back to where it was.
+    assert page.evaluate("document.activeElement.closest('li').dataset.stepId") == items[1][0]
+
+
+def store_hostile_run(server) -> tuple[int, int]:
+    """A finished run whose answer, step response and plan output try to run script."""
+    output = server.shell(
+        "from django.utils import timezone\n"
+        "from orchestrator.models import Plan, Pool, Run, Step\n"
+        f"payload = {PAYLOAD!r}\n"
+        "pool = Pool.objects.order_by('pk').first()\n"
+        "now = timezone.now()\n"
+        "run = Run.objects.create(project=pool.project, pool=pool, input='Say hello',"
+        " status='succeeded', answer=payload, step_count=1, started_at=now, finished_at=now)\n"
+        "plan = Plan.objects.create(run=run, round=0, strategy='conductor',"
+        " attempts=[{'raw': payload, 'error': payload, 'tokens_in': 10, 'tokens_out': 5,"
+        " 'cost': 0.0, 'latency': 0.1}],"
+        " workflow=[{'worker': 0, 'instruction': 'Say hello', 'access': []}])\n"
+        "step = Step.objects.create(run=run, plan=plan, round=0, index=0, instruction='Say hello',"
+        " worker_index=0, worker_name='Hostile', model='sim/hostile', status='succeeded',"
+        " messages=[{'role': 'user', 'content': payload}], response=payload,"
+        " started_at=now, finished_at=now)\n"
+        "print(run.pk, step.pk)\n"
+    )
+    run_id, step_id = output.split()[-2:]
+    return int(run_id), int(step_id)
+
+
+def test_model_output_cannot_run_script(browser_page, live_server):
+    page = browser_page
+    run_id, step_id = store_hostile_run(live_server)
+    page.goto(f"/runs/{run_id}/#step-{step_id}")
+    response = page.locator("#run-panel .response")
+    response.wait_for()
+
+    # The tags show as text; Markdown around them still renders.
+    assert '<script>window.__pwned=1</script>' in response.inner_text()
+    assert '<img src=x onerror="window.__pwned=1">' in response.inner_text()
+    assert response.locator("strong").inner_text() == "bold"
+    for where in ("#run-panel", "#run-answer"):
+        assert page.locator(f"{where} script, {where} img").count() == 0
+    assert "<script>" in page.inner_text("#run-answer")
+    assert "<script>" in page.inner_text("#run-panel .message-content")
+
+    page.click("#round-plans button")
+    page.locator("#run-panel .raw-output").wait_for()
+    assert "<script>" in page.inner_text("#run-panel .raw-output")
+    assert page.locator("#run-panel script, #run-panel img").count() == 0
+    page.wait_for_timeout(200)  # an onerror would have fired by now
+    assert page.evaluate("window.__pwned") is None
+
+
+def test_a_dropped_socket_resumes_from_the_last_seq(slow_page, slow_server):
+    page = slow_page
+    connections: list[dict] = []
+
+    lost: list[dict] = []
+
+    def route(socket):
+        # The network between page and server. It drops once, just as the first step finishes:
+        # that event never reaches the page.
+        server = socket.connect_to_server()
+        connection = {"url": socket.url, "events": []}
+        connections.append(connection)
+
+        def from_server(message):
+            event = json.loads(message)
+            if len(connections) == 1 and event["type"] == "step.finished":
+                lost.append(event)
+                socket.close()
+                server.close()
+                return
+            connection["events"].append(event)
+            socket.send(message)
+
+        server.on_message(from_server)
+
+    page.route_web_socket(re.compile(r"/ws/runs/\d+/"), route)
+    run_id = RunMaker(page, slow_server)("What is 101 * 3 - 7?")
+    page.goto(f"/runs/{run_id}/")
+    page.wait_for_selector("#live-indicator[data-state=reconnecting]")
+    wait_until_finished(page)
+
+    assert len(connections) >= 2
+    lost_seq = lost[0]["seq"]
+    assert f"after={lost_seq - 1}" in connections[1]["url"]
+    replayed = connections[1]["events"]
+    assert replayed and replayed[0]["seq"] == lost_seq, "the event lost in the drop is sent again"
+    assert replayed[0]["type"] == "step.finished"
+    assert page.get_attribute(f"#step-list li[data-step-id='{lost[0]['step']['id']}']", "data-status") == "succeeded"
+
+    steps = api_steps(page, slow_server.url, run_id)
+    states = step_states(page)
+    ids = [int(step_id) for step_id, _ in states]
+    assert len(ids) == len(set(ids)), "no step is listed twice"
+    assert ids == [s["id"] for s in steps]
+    assert {status for _, status in states} == {"succeeded"}
+    assert page.evaluate("window.runPage.graph.cy.nodes('.step').length") == len(steps)
