@@ -1,0 +1,188 @@
+"""Live latency: from a step finishing on the server to a watching client's handler running.
+
+Method: a real Daphne server (the browser tests' ``LiveServer``: inline execution, in-memory
+channel layer, SQLite, the seeded simulated pool with workers slowed to about a second per step so
+a run is watched while it goes). For each of RUNS runs, CLIENTS websocket clients (aiohttp, one
+event loop in this process, logged in with the admin's session cookie) and one headless Chromium
+on the run page watch the same run. For every ``step.finished`` event a client receives live
+(not in the snapshot), latency = the client's clock when its handler runs minus the step's
+``finished_at`` (set by the server when it records the result, before the write commits and the
+event is sent). Everything runs on this machine, so both clocks are the same clock. In the
+browser, the handler is the run page's own (``window.runPage.live.onEvent``), timed with
+``Date.now()``.
+
+The clients share the machine's two cores with the server, so the figures include their own
+scheduling. Target: p95 at most 50 ms.
+
+Run from the repository root: ``python -m bench.live_latency``. Ends with one JSON line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.browser.server import (  # noqa: E402  (a bench reuses the browser tests' server)
+    CHROMIUM_ARGS,
+    CHROMIUM_PATH,
+    RunMaker,
+    browser_missing_reason,
+    log_in,
+    start_live_server,
+)
+
+CLIENTS = 100
+RUNS = 4
+QUESTIONS = ("What is 17 * 23 + 4?", "What is 12 * 12 - 4?", "What is 101 * 3 - 7?", "What is 9 + 10?")
+TARGET_P95_MS = 50.0
+LATENCY_SCALE = "1"
+
+# Patches the run page's handler to time each live step.finished it handles.
+BROWSER_PROBE = """() => {
+  window.liveLatencies = [];
+  const live = window.runPage.live;
+  const handle = live.onEvent;
+  live.onEvent = (event) => {
+    if (event.type === "step.finished") {
+      window.liveLatencies.push(Date.now() - Date.parse(event.step.finished_at));
+    }
+    handle(event);
+  };
+}"""
+
+
+def finished_at(event: dict) -> float:
+    return dt.datetime.fromisoformat(event["step"]["finished_at"]).timestamp()
+
+
+async def watch(session, url: str, headers: dict, latencies: list[float], connected: list[int],
+                all_connected: threading.Event) -> bool:
+    """One client: connect, skip the snapshot, time every live step.finished until run.finished."""
+    async with session.ws_connect(url, headers=headers, max_msg_size=0) as socket:
+        connected[0] += 1
+        if connected[0] == CLIENTS:
+            all_connected.set()
+        async for message in socket:
+            received = time.time()
+            event = json.loads(message.data)
+            if event["type"] == "step.finished":
+                latencies.append((received - finished_at(event)) * 1000)
+            elif event["type"] == "run.finished":
+                return True
+    return False
+
+
+async def watch_run(*, url: str, headers: dict, latencies: list[float],
+                    all_connected: threading.Event) -> int:
+    """CLIENTS clients on one run; returns how many saw the run finish."""
+    import aiohttp
+
+    connected = [0]
+    async with aiohttp.ClientSession() as session:
+        tasks = [watch(session, url, headers, latencies, connected, all_connected) for _ in range(CLIENTS)]
+        results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 120)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    if failures:
+        raise RuntimeError(f"{len(failures)} clients failed, first: {failures[0]!r}")
+    return sum(1 for r in results if r is True)
+
+
+def watch_in_thread(**kwargs) -> tuple[threading.Thread, list]:
+    """The clients on an event loop of their own, so they read while the browser is driven."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(asyncio.run(watch_run(**kwargs)))
+        except BaseException as error:  # reported by the caller
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"samples": 0}
+    return {
+        "samples": len(values),
+        "median_ms": round(statistics.median(values), 1),
+        "p95_ms": round(percentile(values, 0.95), 1),
+        "max_ms": round(max(values), 1),
+    }
+
+
+def main() -> int:
+    reason = browser_missing_reason()
+    if reason:
+        print(json.dumps({"bench": "live_latency", "skipped": reason}))
+        return 0
+    from playwright.sync_api import sync_playwright
+
+    server = start_live_server(extra_env={"CONDUCTOR_SIM_LATENCY_SCALE": LATENCY_SCALE})
+    client_latencies: list[float] = []
+    browser_latencies: list[float] = []
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM_PATH, args=CHROMIUM_ARGS)
+            context = browser.new_context(base_url=server.url)
+            page = context.new_page()
+            log_in(page, server)
+            session = next(c for c in context.cookies() if c["name"] == "sessionid")
+            headers = {"Cookie": f"sessionid={session['value']}", "Origin": server.url}
+            make_run = RunMaker(page, server)
+            ws_url = server.url.replace("http://", "ws://")
+            for number in range(RUNS):
+                run_id = make_run(QUESTIONS[number % len(QUESTIONS)])
+                all_connected = threading.Event()
+                thread, outcome = watch_in_thread(
+                    url=f"{ws_url}/ws/runs/{run_id}/", headers=headers,
+                    latencies=client_latencies, all_connected=all_connected,
+                )
+                all_connected.wait(30)
+                viewer = context.new_page()
+                viewer.goto(f"/runs/{run_id}/")
+                viewer.wait_for_function("window.runPage && window.runPage.live.socket !== null")
+                viewer.evaluate(BROWSER_PROBE)
+                thread.join(120)
+                if not outcome or isinstance(outcome[0], BaseException):
+                    raise RuntimeError(f"the clients of run {run_id} failed: {outcome}")
+                viewer.wait_for_selector("#live-indicator[data-state=finished]", timeout=60_000)
+                browser_latencies += viewer.evaluate("window.liveLatencies")
+                viewer.close()
+                print(f"run {run_id}: {outcome[0]} of {CLIENTS} clients saw it finish", file=sys.stderr)
+            browser.close()
+    finally:
+        server.stop()
+    clients = summary(client_latencies)
+    result = {
+        "bench": "live_latency",
+        "clients": CLIENTS,
+        "runs": RUNS,
+        "websocket_clients": clients,
+        "browser_handler": summary(browser_latencies),
+        "target_p95_ms": TARGET_P95_MS,
+        "meets_target": clients.get("p95_ms", float("inf")) <= TARGET_P95_MS,
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
