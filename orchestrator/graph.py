@@ -34,8 +34,8 @@ ROUND_GAP: Final = 80.0
 GROUP_PADDING: Final = 40.0
 """Space between a round's box and the nodes inside it."""
 NODE_WIDTH: Final = 180.0
-NODE_HEIGHT: Final = 44.0
-LABEL_CHARS: Final = 34
+NODE_HEIGHT: Final = 50.0
+LABEL_CHARS: Final = 32
 """The short form of an instruction shown on a node."""
 COLLAPSE_ABOVE: Final = 6000
 """Whole-run graphs with more steps than this send their rounds collapsed."""

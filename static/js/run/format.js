@@ -26,7 +26,7 @@ export function formatScore(value) {
 
 // Must give what orchestrator.graph.short_instruction gives (LABEL_CHARS there): nodes drawn
 // before the server's graph arrives carry the same label as after.
-export function shortInstruction(text, limit = 34) {
+export function shortInstruction(text, limit = 32) {
   const line = (text || "").split("\n", 1)[0].split(/\s+/).filter(Boolean).join(" ");
   return line.length <= limit ? line : line.slice(0, limit - 1).trimEnd() + "…";
 }

@@ -9,7 +9,7 @@ import { formatCount, stepGraphLabel } from "./format.js";
 const REFRESH_DELAY_MS = 200;
 // Runs with more steps than this are drawn the cheap way (see graphStyle), whether or not the
 // server folds their rounds: an opened round can hold thousands of steps.
-const LARGE_GRAPH = 1500;
+const LARGE_GRAPH = 300;
 const ROW_HEIGHT = 64;
 const LABEL_ZOOM = 0.6;
 const EDGE_ZOOM = 0.3;
@@ -78,12 +78,12 @@ function graphStyle(c, { large }) {
       style: {
         shape: large ? "rectangle" : "round-rectangle",
         width: 180,
-        height: 44,
+        height: 50,
         "border-width": large ? 0 : 2,
         label: large ? "" : "data(label)",
-        "font-size": 10,
-        "line-height": 1.25,
-        "text-max-width": 172,
+        "font-size": 9,
+        "line-height": 1.3,
+        "text-max-width": 174,
         "background-color": c.pendingSoft,
         "border-color": c.pending,
       },
