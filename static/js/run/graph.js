@@ -223,6 +223,11 @@ export class GraphView {
     });
     const cy = this.cy;
     this.fitToGroups();
+    // The details panel takes room from the graph when it opens: follow the container's size.
+    new ResizeObserver(() => {
+      cy.resize();
+      if (!this.userMoved) this.fitToGroups();
+    }).observe(this.container);
     cy.on("tap", "node.step", (event) => this.onOpenStep(event.target.data("step")));
     cy.on("tap", "node.plan", (event) => this.onOpenPlan(event.target.data("round")));
     cy.on("tap", "node.group.collapsed", (event) => this.expandRound(event.target.data("round")));
@@ -236,12 +241,13 @@ export class GraphView {
         timer = setTimeout(() => this.showDetailInView(), 120);
       });
     }
-    cy.one("render", () => {
-      requestAnimationFrame(() => {
-        performance.mark("run-page:graph-drawn");
-        this.container.dataset.state = "ready";
-      });
-    });
+    const markReady = () => {
+      performance.mark("run-page:graph-drawn");
+      this.container.dataset.state = "ready";
+    };
+    // Ready once the first frame with the elements is on screen (an empty graph draws nothing).
+    if (elements.length) cy.one("render", () => requestAnimationFrame(markReady));
+    else requestAnimationFrame(markReady);
   }
 
   // Large graphs: labels and edges for what is in view, once zoomed in enough to see them.
@@ -304,7 +310,8 @@ export class GraphView {
     const padding = 30;
     const width = this.cy.width();
     const height = this.cy.height();
-    const zoom = Math.min(4, Math.min((width - 2 * padding) / (x2 - x1), (height - 2 * padding) / (y2 - y1 + 40)));
+    // A small graph is shown at a reading size rather than blown up to fill the view.
+    const zoom = Math.min(1.1, (width - 2 * padding) / (x2 - x1), (height - 2 * padding) / (y2 - y1 + 40));
     this.cy.viewport({
       zoom,
       pan: { x: (width - zoom * (x1 + x2)) / 2, y: (height - zoom * (y1 + y2)) / 2 },

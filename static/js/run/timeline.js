@@ -8,6 +8,8 @@ const AXIS_HEIGHT = 22;
 const LABEL_WIDTH = 170;
 const MAX_CANVAS_HEIGHT = 16000; // browsers refuse larger canvases
 const COLOURS = ["pending", "running", "succeeded", "failed"];
+// A redraw costs one pass over the steps: at most this often while events stream in.
+const REDRAW_EVERY_MS = 250;
 
 export class Timeline {
   constructor({ details, canvas, store, onOpenStep }) {
@@ -17,6 +19,8 @@ export class Timeline {
     this.times = new WeakMap(); // step object -> parsed start and end
     this.rows = [];
     this.rowHeight = 18;
+    this.lastDrawn = 0;
+    this.redrawTimer = null;
     const style = getComputedStyle(document.documentElement);
     this.colours = Object.fromEntries(COLOURS.map((status) => [status, style.getPropertyValue(`--status-${status}`).trim() || "#888"]));
     this.ink = style.getPropertyValue("--ink-soft").trim() || "#444";
@@ -31,7 +35,12 @@ export class Timeline {
   }
 
   update(changes) {
-    if (this.details.open && (changes.changedSteps.size || changes.run)) this.draw();
+    if (!this.details.open || !(changes.changedSteps.size || changes.run) || this.redrawTimer) return;
+    const wait = Math.max(0, this.lastDrawn + REDRAW_EVERY_MS - performance.now());
+    this.redrawTimer = setTimeout(() => {
+      this.redrawTimer = null;
+      this.draw();
+    }, wait);
   }
 
   timesOf(step) {
@@ -48,6 +57,7 @@ export class Timeline {
 
   draw() {
     if (!this.details.open) return;
+    this.lastDrawn = performance.now();
     const steps = this.store.orderedSteps();
     this.rows = steps;
     const now = Date.now();
