@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -213,6 +214,7 @@ def main() -> int:
             browser.close()
     finally:
         server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
     summary = {
         "bench": "graph_render",
         "steps_500": results["500"],

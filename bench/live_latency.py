@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import shutil
 import statistics
 import sys
 import threading
@@ -158,7 +159,7 @@ def main() -> int:
                 all_connected.wait(30)
                 viewer = context.new_page()
                 viewer.goto(f"/runs/{run_id}/")
-                viewer.wait_for_function("window.runPage && window.runPage.live.socket !== null")
+                viewer.wait_for_function("window.runPage && (window.runPage.live.socket !== null || window.runPage.live.stopped)")
                 viewer.evaluate(BROWSER_PROBE)
                 thread.join(120)
                 if not outcome or isinstance(outcome[0], BaseException):
@@ -170,6 +171,7 @@ def main() -> int:
             browser.close()
     finally:
         server.stop()
+        shutil.rmtree(server.directory, ignore_errors=True)
     clients = summary(client_latencies)
     result = {
         "bench": "live_latency",

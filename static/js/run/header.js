@@ -8,6 +8,7 @@ const LIVE_TEXT = {
   live: "Live",
   reconnecting: "Reconnecting…",
   finished: "Finished",
+  refused: "Not live: the server refused the connection (reload to log in again)",
 };
 
 export class RunHeader {

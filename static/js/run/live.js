@@ -3,10 +3,12 @@
 
 const FIRST_RETRY_MS = 500;
 const MAX_RETRY_MS = 10000;
+// Close codes of the run's consumer that no retry can change: no access, no such run.
+const REFUSED = new Set([4403, 4404]);
 
 export class LiveConnection {
   // onEvent(event) gets each new event once, in seq order; onState(state) gets
-  // "connecting" | "live" | "reconnecting" | "finished".
+  // "connecting" | "live" | "reconnecting" | "finished" | "refused".
   constructor({ path, onEvent, onState }) {
     this.path = path;
     this.onEvent = onEvent;
@@ -25,6 +27,7 @@ export class LiveConnection {
 
   // No more events will come (the run has finished and every event was received).
   finish() {
+    if (this.stopped) return;
     this.stopped = true;
     clearTimeout(this.retryTimer);
     if (this.socket) this.socket.close(1000, "run finished");
@@ -53,9 +56,14 @@ export class LiveConnection {
       if (socket !== this.socket) return;
       this.receive(socket, message.data);
     });
-    socket.addEventListener("close", () => {
+    socket.addEventListener("close", (event) => {
       if (socket !== this.socket || this.stopped) return;
       this.socket = null;
+      if (REFUSED.has(event.code)) {
+        this.stopped = true;
+        this.onState("refused");
+        return;
+      }
       this.scheduleReconnect();
     });
   }

@@ -132,7 +132,7 @@ function flush() {
   const changes = new Changes();
   for (const event of events) store.apply(event, changes);
   draw(changes);
-  if (store.finished && !live.stopped) live.finish();
+  if (store.finished) live.finish();
 }
 
 function draw(changes) {
@@ -158,9 +158,11 @@ document.getElementById("graph-zoom-in").addEventListener("click", () => graph.z
 document.getElementById("graph-zoom-out").addEventListener("click", () => graph.zoomBy(0.8));
 window.addEventListener("hashchange", openFromHash);
 // The websocket's snapshot repeats what the page already has: take it once the graph is drawn.
+// A finished run changes no more, so its page does not connect at all.
 graph.load(firstGraph).then(() => {
   openFromHash();
-  live.start();
+  if (store.finished) live.finish();
+  else live.start();
 });
 if (store.steps.size > 2000) document.getElementById("timeline-section").open = false;
 else document.getElementById("timeline-section").open = true;
