@@ -224,7 +224,11 @@ export class GraphView {
     const cy = this.cy;
     this.fitToGroups();
     // The details panel takes room from the graph when it opens: follow the container's size.
+    let size = `${this.container.clientWidth}x${this.container.clientHeight}`;
     new ResizeObserver(() => {
+      const now = `${this.container.clientWidth}x${this.container.clientHeight}`;
+      if (now === size) return; // the first call reports the size Cytoscape started with
+      size = now;
       cy.resize();
       if (!this.userMoved) this.fitToGroups();
     }).observe(this.container);
