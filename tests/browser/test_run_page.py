@@ -236,3 +236,60 @@ def test_a_dropped_socket_resumes_from_the_last_seq(slow_page, slow_server):
     assert ids == [s["id"] for s in steps]
     assert {status for _, status in states} == {"succeeded"}
     assert page.evaluate("window.runPage.graph.cy.nodes('.step').length") == len(steps)
+
+
+def store_large_run(server, *, rounds: int, per_round: int) -> int:
+    """A finished run big enough for the graph to fold its rounds (steps read nothing)."""
+    output = server.shell(
+        "from django.utils import timezone\n"
+        "from orchestrator.models import Plan, Pool, Run, Step\n"
+        "pool = Pool.objects.order_by('pk').first()\n"
+        "now = timezone.now()\n"
+        f"run = Run.objects.create(project=pool.project, pool=pool, input='Many steps',"
+        f" status='succeeded', step_count={rounds * per_round}, started_at=now, finished_at=now)\n"
+        f"for number in range({rounds}):\n"
+        "    plan = Plan.objects.create(run=run, round=number, strategy='conductor', workflow=[])\n"
+        "    Step.objects.bulk_create([Step(run=run, plan=plan, round=number, index=i,"
+        " instruction=f'Part {i}', worker_index=0, worker_name='Many', model='sim/many',"
+        " status='succeeded', response=f'Result {i}', started_at=now, finished_at=now)"
+        f" for i in range({per_round})], batch_size=2000)\n"
+        "print(run.pk)\n"
+    )
+    return int(output.split()[-1])
+
+
+def test_a_huge_run_folds_its_rounds_and_opens_one_on_demand(browser_page, live_server):
+    from orchestrator.graph import COLLAPSE_ABOVE
+
+    page = browser_page
+    per_round = COLLAPSE_ABOVE // 2 + 1
+    run_id = store_large_run(live_server, rounds=2, per_round=per_round)
+    page.goto(f"/runs/{run_id}/")
+    page.wait_for_selector("#run-graph[data-state=ready]", timeout=30_000)
+    assert "folded" in page.inner_text("#graph-notice")
+    assert page.evaluate("window.runPage.graph.cy.nodes('.step').length") == 0
+    # Every step is still in the accessible list.
+    assert page.locator("#step-list li").count() == 2 * per_round
+
+    point = page.evaluate(
+        """() => { const cy = window.runPage.graph.cy; const group = cy.getElementById('r1');
+                   const p = group.renderedPosition(); const box = cy.container().getBoundingClientRect();
+                   return {x: box.left + p.x, y: box.top + p.y}; }"""
+    )
+    page.mouse.click(point["x"], point["y"])
+    page.wait_for_function("window.runPage.graph.expanded.has(1)", timeout=30_000)
+    rounds = page.evaluate("[...new Set(window.runPage.graph.cy.nodes('.step').map((n) => n.data('round')))]")
+    assert rounds == [1]
+    assert page.evaluate("window.runPage.graph.cy.nodes('.step').length") == per_round
+
+    step_id = page.evaluate(
+        "window.runPage.store.orderedSteps().find((s) => s.round === 1 && s.index === 0).id"
+    )
+    # A round of thousands of steps in one layer is a tall column: zoom in on the step first.
+    page.evaluate(
+        f"(() => {{ const cy = window.runPage.graph.cy; cy.zoom(1); cy.center(cy.getElementById('s{step_id}')); }})()"
+    )
+    point = page.evaluate(f"window.runPage.graph.clientPositionOf({step_id})")
+    page.mouse.click(point["x"], point["y"])
+    page.locator("#run-panel .response").wait_for()
+    assert page.text_content("#run-panel-title").startswith("Step 1.0")
