@@ -196,6 +196,7 @@ def main() -> None:
     else:
         figures["postgresql"] = None
 
+    figures["load_average_1min"] = round(os.getloadavg()[0], 2)
     print(json.dumps(figures))
 
 
