@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.browser.server import (  # noqa: E402  (a bench reuses the browser tests' server)
+# A bench reuses the browser tests' server.
+from tests.browser.server import (
     CHROMIUM_ARGS,
     CHROMIUM_PATH,
     LiveServer,
@@ -98,19 +99,38 @@ def create_synthetic_run(*, user, steps: int, rounds: int, status: str = "succee
 
     project, _ = Project.objects.get_or_create(name="Benchmarks", defaults={"slug": "benchmarks"})
     pool, _ = Pool.objects.get_or_create(project=project, name="Synthetic")
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     run = Run.objects.create(
-        project=project, pool=pool, input=f"A synthetic run of {steps} steps", status=status,
-        answer="The **answer**.", created_by=user, started_at=now, finished_at=now,
-        step_count=steps, tokens_in=steps * 120, tokens_out=steps * 40, model_calls=steps + rounds,
+        project=project,
+        pool=pool,
+        input=f"A synthetic run of {steps} steps",
+        status=status,
+        answer="The **answer**.",
+        created_by=user,
+        started_at=now,
+        finished_at=now,
+        step_count=steps,
+        tokens_in=steps * 120,
+        tokens_out=steps * 40,
+        model_calls=steps + rounds,
         wall_time=60.0,
     )
     per_round = steps // rounds
     Plan.objects.bulk_create(
         Plan(
-            run=run, round=number, strategy="conductor",
-            attempts=[{"raw": "model_id = [0]", "error": "", "tokens_in": 100, "tokens_out": 20,
-                       "cost": 0.0, "latency": 0.2}],
+            run=run,
+            round=number,
+            strategy="conductor",
+            attempts=[
+                {
+                    "raw": "model_id = [0]",
+                    "error": "",
+                    "tokens_in": 100,
+                    "tokens_out": 20,
+                    "cost": 0.0,
+                    "latency": 0.2,
+                }
+            ],
             workflow=[{"worker": 0, "instruction": "Work on a part", "access": []}],
         )
         for number in range(rounds)
@@ -125,13 +145,26 @@ def create_synthetic_run(*, user, steps: int, rounds: int, status: str = "succee
             started = now + dt.timedelta(seconds=number * 12 + index % (CHAIN + 1))
             rows.append(
                 Step(
-                    id=first_id + index, run=run, plan_id=plan_ids[number], round=number,
-                    index=index, instruction=f"Work on part {index} of round {number}: check it",
-                    worker_index=index % 4, worker_name=f"sim-{index % 4}",
-                    model=f"sim/w{index % 4}", access=[read - first_id for read in reads],
-                    reads=reads, status=status, messages=[{"role": "user", "content": f"Part {index}"}],
-                    response=f"Result of part **{index}**.", tokens_in=120, tokens_out=40,
-                    cost=0.0001, latency=0.5, attempts=1, started_at=started,
+                    id=first_id + index,
+                    run=run,
+                    plan_id=plan_ids[number],
+                    round=number,
+                    index=index,
+                    instruction=f"Work on part {index} of round {number}: check it",
+                    worker_index=index % 4,
+                    worker_name=f"sim-{index % 4}",
+                    model=f"sim/w{index % 4}",
+                    access=[read - first_id for read in reads],
+                    reads=reads,
+                    status=status,
+                    messages=[{"role": "user", "content": f"Part {index}"}],
+                    response=f"Result of part **{index}**.",
+                    tokens_in=120,
+                    tokens_out=40,
+                    cost=0.0001,
+                    latency=0.5,
+                    attempts=1,
+                    started_at=started,
                     finished_at=started + dt.timedelta(seconds=0.5),
                 )
             )
@@ -149,16 +182,10 @@ def measure(page, base_url: str, run_id: int) -> dict[str, float]:
     collapsed = page.evaluate("window.runPage.graph.collapsed")
     if collapsed:
         opened = time.perf_counter()
-        box = page.evaluate(
-            """() => { const cy = window.runPage.graph.cy; const n = cy.getElementById('r0');
-                       const p = n.renderedPosition(); const b = cy.container().getBoundingClientRect();
-                       return {x: b.left + p.x, y: b.top + p.y}; }"""
-        )
+        box = page.evaluate("window.runPage.graph.clientPositionOfGroup(0)")
         page.mouse.click(box["x"], box["y"])
         page.wait_for_function("window.runPage.graph.expanded.has(0)", timeout=120_000)
-        page.wait_for_function(
-            "window.runPage.graph.cy.nodes('.step').length > 0", timeout=120_000
-        )
+        page.wait_for_function("window.runPage.graph.cy.nodes('.step').length > 0", timeout=120_000)
         figures["open_round_ms"] = round((time.perf_counter() - opened) * 1000)
     step_id = page.evaluate(
         "window.runPage.store.orderedSteps().find((s) => s.round === 0 && s.index === 1).id"
@@ -189,7 +216,10 @@ def main() -> int:
     for steps, rounds in SIZES:
         created = time.perf_counter()
         runs.append((steps, create_synthetic_run(user=user, steps=steps, rounds=rounds)))
-        print(f"created a run of {steps} steps in {time.perf_counter() - created:.1f} s", file=sys.stderr)
+        print(
+            f"created a run of {steps} steps in {time.perf_counter() - created:.1f} s",
+            file=sys.stderr,
+        )
 
     from playwright.sync_api import sync_playwright
 

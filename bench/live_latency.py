@@ -28,13 +28,15 @@ import statistics
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.browser.server import (  # noqa: E402  (a bench reuses the browser tests' server)
+# A bench reuses the browser tests' server.
+from tests.browser.server import (
     CHROMIUM_ARGS,
     CHROMIUM_PATH,
     RunMaker,
@@ -45,7 +47,12 @@ from tests.browser.server import (  # noqa: E402  (a bench reuses the browser te
 
 CLIENTS = 100
 RUNS = 4
-QUESTIONS = ("What is 17 * 23 + 4?", "What is 12 * 12 - 4?", "What is 101 * 3 - 7?", "What is 9 + 10?")
+QUESTIONS = (
+    "What is 17 * 23 + 4?",
+    "What is 12 * 12 - 4?",
+    "What is 101 * 3 - 7?",
+    "What is 9 + 10?",
+)
 TARGET_P95_MS = 50.0
 LATENCY_SCALE = "1"
 
@@ -67,8 +74,14 @@ def finished_at(event: dict) -> float:
     return dt.datetime.fromisoformat(event["step"]["finished_at"]).timestamp()
 
 
-async def watch(session, url: str, headers: dict, latencies: list[float], connected: list[int],
-                all_connected: threading.Event) -> bool:
+async def watch(
+    session,
+    url: str,
+    headers: dict,
+    latencies: list[float],
+    connected: list[int],
+    all_connected: threading.Event,
+) -> bool:
     """One client: connect, skip the snapshot, time every live step.finished until run.finished."""
     async with session.ws_connect(url, headers=headers, max_msg_size=0) as socket:
         connected[0] += 1
@@ -84,14 +97,18 @@ async def watch(session, url: str, headers: dict, latencies: list[float], connec
     return False
 
 
-async def watch_run(*, url: str, headers: dict, latencies: list[float],
-                    all_connected: threading.Event) -> int:
+async def watch_run(
+    *, url: str, headers: dict, latencies: list[float], all_connected: threading.Event
+) -> int:
     """CLIENTS clients on one run; returns how many saw the run finish."""
     import aiohttp
 
     connected = [0]
     async with aiohttp.ClientSession() as session:
-        tasks = [watch(session, url, headers, latencies, connected, all_connected) for _ in range(CLIENTS)]
+        tasks = [
+            watch(session, url, headers, latencies, connected, all_connected)
+            for _ in range(CLIENTS)
+        ]
         results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 120)
     failures = [r for r in results if isinstance(r, BaseException)]
     if failures:
@@ -99,24 +116,9 @@ async def watch_run(*, url: str, headers: dict, latencies: list[float],
     return sum(1 for r in results if r is True)
 
 
-def watch_in_thread(**kwargs) -> tuple[threading.Thread, list]:
-    """The clients on an event loop of their own, so they read while the browser is driven."""
-    outcome: list = []
-
-    def run() -> None:
-        try:
-            outcome.append(asyncio.run(watch_run(**kwargs)))
-        except BaseException as error:  # reported by the caller
-            outcome.append(error)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
-
-
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -153,22 +155,34 @@ def main() -> int:
             for number in range(RUNS):
                 run_id = make_run(QUESTIONS[number % len(QUESTIONS)])
                 all_connected = threading.Event()
-                thread, outcome = watch_in_thread(
-                    url=f"{ws_url}/ws/runs/{run_id}/", headers=headers,
-                    latencies=client_latencies, all_connected=all_connected,
+                # The clients get an event loop of their own, so they read while the browser is
+                # driven from this thread.
+                clients = ThreadPoolExecutor(max_workers=1)
+                watching = clients.submit(
+                    asyncio.run,
+                    watch_run(
+                        url=f"{ws_url}/ws/runs/{run_id}/",
+                        headers=headers,
+                        latencies=client_latencies,
+                        all_connected=all_connected,
+                    ),
                 )
                 all_connected.wait(30)
                 viewer = context.new_page()
                 viewer.goto(f"/runs/{run_id}/")
-                viewer.wait_for_function("window.runPage && (window.runPage.live.socket !== null || window.runPage.live.stopped)")
+                viewer.wait_for_function(
+                    "window.runPage && (window.runPage.live.socket || window.runPage.live.stopped)"
+                )
                 viewer.evaluate(BROWSER_PROBE)
-                thread.join(120)
-                if not outcome or isinstance(outcome[0], BaseException):
-                    raise RuntimeError(f"the clients of run {run_id} failed: {outcome}")
+                saw_the_end = watching.result(timeout=120)
+                clients.shutdown()
                 viewer.wait_for_selector("#live-indicator[data-state=finished]", timeout=60_000)
                 browser_latencies += viewer.evaluate("window.liveLatencies")
                 viewer.close()
-                print(f"run {run_id}: {outcome[0]} of {CLIENTS} clients saw it finish", file=sys.stderr)
+                print(
+                    f"run {run_id}: {saw_the_end} of {CLIENTS} clients saw it finish",
+                    file=sys.stderr,
+                )
             browser.close()
     finally:
         server.stop()

@@ -128,7 +128,9 @@ def _layout_round(
     )
     order = {step_id: position for position, step_id in enumerate(ids)}
     try:
-        generations = [sorted(layer, key=order.__getitem__) for layer in nx.topological_generations(dag)]
+        generations = [
+            sorted(layer, key=order.__getitem__) for layer in nx.topological_generations(dag)
+        ]
     except nx.NetworkXUnfeasible:
         # A cycle cannot come from a valid workflow; draw the steps in one column rather than fail.
         generations = [ids]
@@ -138,7 +140,9 @@ def _layout_round(
     positions: dict[Any, tuple[float, float]] = {}
     if generations and ids:
         layers = dict(enumerate(generations))
-        raw = nx.multipartite_layout(dag, subset_key=layers, align="vertical", scale=1, center=(0, 0))
+        raw = nx.multipartite_layout(
+            dag, subset_key=layers, align="vertical", scale=1, center=(0, 0)
+        )
         unit = _layout_unit(raw, generations)
         # multipartite_layout scales uniformly and centres each layer on y = 0; undo the scaling
         # and give columns and rows their own spacing in pixels.

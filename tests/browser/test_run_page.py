@@ -64,7 +64,9 @@ def record_frames(page) -> list[dict]:
     def on_socket(socket):
         socket.on(
             "framereceived",
-            lambda payload: frames.append(json.loads(payload)) if isinstance(payload, str) else None,
+            lambda payload: (
+                frames.append(json.loads(payload)) if isinstance(payload, str) else None
+            ),
         )
 
     page.on("websocket", on_socket)
@@ -119,7 +121,9 @@ def test_clicking_a_node_shows_the_exact_messages(browser_page, make_run, live_s
     assert any(question in text for text in user_messages)
     assert first["instruction"] in panel.inner_text()
     assert panel.locator(".response").inner_text().strip()
-    assert page.get_attribute(f"#step-list li[data-step-id='{first['id']}']", "aria-current") == "true"
+    assert (
+        page.get_attribute(f"#step-list li[data-step-id='{first['id']}']", "aria-current") == "true"
+    )
 
 
 def test_the_step_list_is_walked_with_the_keyboard(browser_page, make_run):
@@ -174,7 +178,7 @@ def test_model_output_cannot_run_script(browser_page, live_server):
     response.wait_for()
 
     # The tags show as text; Markdown around them still renders.
-    assert '<script>window.__pwned=1</script>' in response.inner_text()
+    assert "<script>window.__pwned=1</script>" in response.inner_text()
     assert '<img src=x onerror="window.__pwned=1">' in response.inner_text()
     assert response.locator("strong").inner_text() == "bold"
     for where in ("#run-panel", "#run-answer"):
@@ -227,7 +231,10 @@ def test_a_dropped_socket_resumes_from_the_last_seq(slow_page, slow_server):
     replayed = connections[1]["events"]
     assert replayed and replayed[0]["seq"] == lost_seq, "the event lost in the drop is sent again"
     assert replayed[0]["type"] == "step.finished"
-    assert page.get_attribute(f"#step-list li[data-step-id='{lost[0]['step']['id']}']", "data-status") == "succeeded"
+    assert (
+        page.get_attribute(f"#step-list li[data-step-id='{lost[0]['step']['id']}']", "data-status")
+        == "succeeded"
+    )
 
     steps = api_steps(page, slow_server.url, run_id)
     states = step_states(page)
@@ -271,14 +278,12 @@ def test_a_huge_run_folds_its_rounds_and_opens_one_on_demand(browser_page, live_
     # Every step is still in the accessible list.
     assert page.locator("#step-list li").count() == 2 * per_round
 
-    point = page.evaluate(
-        """() => { const cy = window.runPage.graph.cy; const group = cy.getElementById('r1');
-                   const p = group.renderedPosition(); const box = cy.container().getBoundingClientRect();
-                   return {x: box.left + p.x, y: box.top + p.y}; }"""
-    )
+    point = page.evaluate("window.runPage.graph.clientPositionOfGroup(1)")
     page.mouse.click(point["x"], point["y"])
     page.wait_for_function("window.runPage.graph.expanded.has(1)", timeout=30_000)
-    rounds = page.evaluate("[...new Set(window.runPage.graph.cy.nodes('.step').map((n) => n.data('round')))]")
+    rounds = page.evaluate(
+        "[...new Set(window.runPage.graph.cy.nodes('.step').map((n) => n.data('round')))]"
+    )
     assert rounds == [1]
     assert page.evaluate("window.runPage.graph.cy.nodes('.step').length") == per_round
 
@@ -286,9 +291,7 @@ def test_a_huge_run_folds_its_rounds_and_opens_one_on_demand(browser_page, live_
         "window.runPage.store.orderedSteps().find((s) => s.round === 1 && s.index === 0).id"
     )
     # A round of thousands of steps in one layer is a tall column: zoom in on the step first.
-    page.evaluate(
-        f"(() => {{ const cy = window.runPage.graph.cy; cy.zoom(1); cy.center(cy.getElementById('s{step_id}')); }})()"
-    )
+    page.evaluate(f"window.runPage.graph.zoomToStep({step_id})")
     point = page.evaluate(f"window.runPage.graph.clientPositionOf({step_id})")
     page.mouse.click(point["x"], point["y"])
     page.locator("#run-panel .response").wait_for()

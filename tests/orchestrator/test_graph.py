@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -22,16 +23,32 @@ def make_run(rounds: list[list[list[int]]], *, status: str = "succeeded"):
     plans, steps, next_id = [], [], 100
     for number, round_reads in enumerate(rounds):
         plans.append(
-            {"id": number + 1, "round": number, "strategy": "conductor", "attempts": 1,
-             "error": "", "accepts": not round_reads, "step_count": len(round_reads)}
+            {
+                "id": number + 1,
+                "round": number,
+                "strategy": "conductor",
+                "attempts": 1,
+                "error": "",
+                "accepts": not round_reads,
+                "step_count": len(round_reads),
+            }
         )
         ids: list[int] = []
         for index, reads in enumerate(round_reads):
             steps.append(
-                {"id": next_id, "round": number, "index": index, "worker": f"w{index % 3}",
-                 "instruction": f"Step {index} of round {number}\nsecond line", "access": reads,
-                 "reads": [ids[i] for i in reads], "status": status, "tokens_in": 10,
-                 "tokens_out": 5, "latency": 0.5}
+                {
+                    "id": next_id,
+                    "round": number,
+                    "index": index,
+                    "worker": f"w{index % 3}",
+                    "instruction": f"Step {index} of round {number}\nsecond line",
+                    "access": reads,
+                    "reads": [ids[i] for i in reads],
+                    "status": status,
+                    "tokens_in": 10,
+                    "tokens_out": 5,
+                    "latency": 0.5,
+                }
             )
             ids.append(next_id)
             next_id += 1
@@ -63,7 +80,7 @@ def test_steps_of_one_layer_do_not_overlap():
     places = [(n["x"], n["y"]) for n in graph["nodes"]]
     assert len(set(places)) == len(places)
     fan = sorted(n["y"] for n in graph["nodes"] if n["kind"] == "step" and 1 <= n["index"] <= 30)
-    assert all(b - a >= NODE_HEIGHT for a, b in zip(fan, fan[1:]))
+    assert all(b - a >= NODE_HEIGHT for a, b in itertools.pairwise(fan))
 
 
 def test_rounds_follow_one_another_without_overlap():
@@ -71,7 +88,7 @@ def test_rounds_follow_one_another_without_overlap():
     graph = build_graph(plans=plans, steps=steps)
     groups = graph["groups"]
     assert [g["round"] for g in groups] == [0, 1, 2, 3]
-    for left, right in zip(groups, groups[1:]):
+    for left, right in itertools.pairwise(groups):
         assert left["x"] + left["width"] / 2 < right["x"] - right["width"] / 2
     for node in graph["nodes"]:
         box = next(g for g in groups if g["id"] == node["group"])
@@ -85,7 +102,9 @@ def test_the_plan_call_opens_its_round_and_leads_to_its_first_layer():
     nodes = by_id(graph)
     plan = nodes["p0"]
     assert plan["kind"] == "plan" and plan["plan"] == 1
-    assert all(plan["x"] < n["x"] for n in graph["nodes"] if n["kind"] == "step" and n["round"] == 0)
+    assert all(
+        plan["x"] < n["x"] for n in graph["nodes"] if n["kind"] == "step" and n["round"] == 0
+    )
     plan_edges = {(e["source"], e["target"]) for e in graph["edges"] if e["kind"] == "plan"}
     assert plan_edges == {("p0", "s100"), ("p0", "s101"), ("p1", "s103")}
     # The next round's conductor call reads the previous round's final step.
@@ -104,11 +123,22 @@ def test_step_nodes_carry_what_the_page_labels():
 
 def test_plan_status_shows_failure_and_acceptance():
     plans, steps = make_run([[[]], []])
-    plans.append({"id": 9, "round": 2, "strategy": "conductor", "attempts": 3,
-                  "error": "could not parse", "accepts": False, "step_count": 0})
+    plans.append(
+        {
+            "id": 9,
+            "round": 2,
+            "strategy": "conductor",
+            "attempts": 3,
+            "error": "could not parse",
+            "accepts": False,
+            "step_count": 0,
+        }
+    )
     nodes = by_id(build_graph(plans=plans, steps=steps))
     assert (nodes["p0"]["status"], nodes["p1"]["status"], nodes["p2"]["status"]) == (
-        "succeeded", "accepted", "failed"
+        "succeeded",
+        "accepted",
+        "failed",
     )
 
 
@@ -134,7 +164,9 @@ def test_large_runs_collapse_rounds_and_open_one_on_demand():
     assert [g["step_count"] for g in collapsed["groups"]] == [43] * 4
     assert collapsed["groups"][2]["statuses"] == {"succeeded": 43}
     assert {(e["source"], e["target"]) for e in collapsed["edges"]} == {
-        ("r0", "r1"), ("r1", "r2"), ("r2", "r3")
+        ("r0", "r1"),
+        ("r1", "r2"),
+        ("r2", "r3"),
     }
     opened = build_graph(plans=plans, steps=steps, round=2, collapse_above=100)
     assert not opened["collapsed"]

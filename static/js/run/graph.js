@@ -560,14 +560,31 @@ export class GraphView {
     });
   }
 
-  // Where a step's node is drawn on the page, for clicking it like a user would.
+  // Where a step's node (or a round's group) is drawn on the page, to click it as a user would.
   clientPositionOf(stepId) {
+    return this.clientPosition(`s${stepId}`);
+  }
+
+  clientPositionOfGroup(round) {
+    return this.clientPosition(`r${round}`);
+  }
+
+  clientPosition(id) {
     if (!this.cy) return null;
-    const node = this.cy.getElementById(`s${stepId}`);
-    if (node.empty()) return null;
-    const rendered = node.renderedPosition();
+    const element = this.cy.getElementById(id);
+    if (element.empty()) return null;
+    const rendered = element.renderedPosition();
     const box = this.container.getBoundingClientRect();
     return { x: box.left + rendered.x, y: box.top + rendered.y };
+  }
+
+  // Centre a step at reading size.
+  zoomToStep(stepId) {
+    const node = this.cy && this.cy.getElementById(`s${stepId}`);
+    if (!node || node.empty()) return;
+    this.userMoved = true;
+    this.cy.zoom(1);
+    this.cy.center(node);
   }
 }
 
