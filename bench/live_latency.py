@@ -46,7 +46,7 @@ from tests.browser.server import (
 )
 
 CLIENTS = 100
-RUNS = 4
+RUNS = 6
 QUESTIONS = (
     "What is 17 * 23 + 4?",
     "What is 12 * 12 - 4?",
@@ -78,7 +78,7 @@ async def watch(
     session,
     url: str,
     headers: dict,
-    latencies: list[float],
+    latencies: list[tuple[int, int, float]],
     connected: list[int],
     all_connected: threading.Event,
 ) -> bool:
@@ -91,14 +91,20 @@ async def watch(
             received = time.time()
             event = json.loads(message.data)
             if event["type"] == "step.finished":
-                latencies.append((received - finished_at(event)) * 1000)
+                latencies.append(
+                    (event["run"], event["seq"], (received - finished_at(event)) * 1000)
+                )
             elif event["type"] == "run.finished":
                 return True
     return False
 
 
 async def watch_run(
-    *, url: str, headers: dict, latencies: list[float], all_connected: threading.Event
+    *,
+    url: str,
+    headers: dict,
+    latencies: list[tuple[int, int, float]],
+    all_connected: threading.Event,
 ) -> int:
     """CLIENTS clients on one run; returns how many saw the run finish."""
     import aiohttp
@@ -140,7 +146,7 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     server = start_live_server(extra_env={"CONDUCTOR_SIM_LATENCY_SCALE": LATENCY_SCALE})
-    client_latencies: list[float] = []
+    client_latencies: list[tuple[int, int, float]] = []  # (run, seq, ms)
     browser_latencies: list[float] = []
     try:
         with sync_playwright() as playwright:
@@ -187,12 +193,20 @@ def main() -> int:
     finally:
         server.stop()
         shutil.rmtree(server.directory, ignore_errors=True)
-    clients = summary(client_latencies)
+    clients = summary([ms for _, _, ms in client_latencies])
+    # How much is the server reaching its first client, and how much the fan-out to the others.
+    by_event: dict[tuple[int, int], list[float]] = {}
+    for run_id, seq, ms in client_latencies:
+        by_event.setdefault((run_id, seq), []).append(ms)
+    first_client = [min(values) for values in by_event.values()]
+    spread = [max(values) - min(values) for values in by_event.values()]
     result = {
         "bench": "live_latency",
         "clients": CLIENTS,
         "runs": RUNS,
         "websocket_clients": clients,
+        "first_client_per_event": summary(first_client),
+        "fan_out_spread_per_event": summary(spread),
         "browser_handler": summary(browser_latencies),
         "target_p95_ms": TARGET_P95_MS,
         "meets_target": clients.get("p95_ms", float("inf")) <= TARGET_P95_MS,
