@@ -3,7 +3,7 @@
 Every event is a JSON object ``{"type": ..., "run": <run id>, "seq": <n>, ...}`` with ``seq``
 increasing by one per run. Events are stored (``RunEvent``) so a reconnecting client can be sent
 exactly what it missed, and sent to the run's channel group only after the transaction commits.
-Only services publish. The consumer and the page (static/js/live.js) follow this schema:
+Only services publish. The consumer and the page (static/js/run/live.js) follow this schema:
 
 ``run.status``     ``status``: the run's new status (queued, planning, running, ...).
 ``plan.created``   ``plan``: PLAN (the conductor's output for a round).
