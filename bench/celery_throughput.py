@@ -68,14 +68,33 @@ def services_problem() -> str:
 
 def start_worker(concurrency: int, env: dict[str, str], queue: str, log_path: Path):
     command = [
-        sys.executable, "-m", "celery", "-A", "webui", "worker",
-        "-P", "prefork", "-c", str(concurrency),
-        "--without-gossip", "--without-mingle", "--without-heartbeat",
-        "-Q", queue, "-n", f"bench-{uuid.uuid4().hex[:6]}@%h", "--loglevel", "INFO",
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "webui",
+        "worker",
+        "-P",
+        "prefork",
+        "-c",
+        str(concurrency),
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-Q",
+        queue,
+        "-n",
+        f"bench-{uuid.uuid4().hex[:6]}@%h",
+        "--loglevel",
+        "INFO",
     ]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     deadline = time.monotonic() + WORKER_START_TIMEOUT
@@ -145,24 +164,29 @@ def measure(runs: int, worker_env: dict[str, str], queue: str, logs: Path) -> li
         succeeded = finished.filter(status=Run.Status.SUCCEEDED).count()
         # What each task took inside the worker, from its "succeeded in Xs" log lines.
         task_seconds = [
-            float(match) for match in TASK_TIME.findall(
+            float(match)
+            for match in TASK_TIME.findall(
                 (logs / f"worker-c{concurrency}.log").read_text(errors="replace")
             )
-        ][len(warmup_ids):]
+        ][len(warmup_ids) :]
         mean_task_ms = sum(task_seconds) / max(1, len(task_seconds)) * 1e3
-        results.append({
-            "processes": concurrency,
-            "runs": runs,
-            "succeeded": succeeded,
-            "seconds": round(seconds, 3),
-            "enqueue_seconds": round(enqueued, 3),
-            "runs_per_second": round(runs / seconds, 2),
-            "mean_task_ms": round(mean_task_ms, 1),
-        })
-        print(f"{concurrency} worker process(es): {runs} runs in {seconds:.2f} s = "
-              f"{runs / seconds:.1f} runs/s ({succeeded} succeeded; enqueuing took "
-              f"{enqueued:.2f} s; a task took {mean_task_ms:.0f} ms on average in the worker)",
-              flush=True)
+        results.append(
+            {
+                "processes": concurrency,
+                "runs": runs,
+                "succeeded": succeeded,
+                "seconds": round(seconds, 3),
+                "enqueue_seconds": round(enqueued, 3),
+                "runs_per_second": round(runs / seconds, 2),
+                "mean_task_ms": round(mean_task_ms, 1),
+            }
+        )
+        print(
+            f"{concurrency} worker process(es): {runs} runs in {seconds:.2f} s = "
+            f"{runs / seconds:.1f} runs/s ({succeeded} succeeded; enqueuing took "
+            f"{enqueued:.2f} s; a task took {mean_task_ms:.0f} ms on average in the worker)",
+            flush=True,
+        )
     return results
 
 
@@ -218,15 +242,22 @@ def main() -> None:
         client.close()
 
     by_processes = {r["processes"]: r["runs_per_second"] for r in results}
-    print(json.dumps({
-        "benchmark": "celery_throughput",
-        "runs": args.runs,
-        **{f"runs_per_second_{n}_process{'es' if n > 1 else ''}": v for n, v in by_processes.items()},
-        "scaling_2_over_1": round(by_processes[2] / by_processes[1], 2),
-        "succeeded": {str(r["processes"]): r["succeeded"] for r in results},
-        "mean_task_ms": {str(r["processes"]): r["mean_task_ms"] for r in results},
-        "load_average": round(os.getloadavg()[0], 2),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "celery_throughput",
+                "runs": args.runs,
+                **{
+                    f"runs_per_second_{n}_process{'es' if n > 1 else ''}": v
+                    for n, v in by_processes.items()
+                },
+                "scaling_2_over_1": round(by_processes[2] / by_processes[1], 2),
+                "succeeded": {str(r["processes"]): r["succeeded"] for r in results},
+                "mean_task_ms": {str(r["processes"]): r["mean_task_ms"] for r in results},
+                "load_average": round(os.getloadavg()[0], 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -35,7 +35,12 @@ def check_once(*extra: str) -> tuple[float, subprocess.CompletedProcess[str]]:
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, *extra, "manage.py", "check"],
-        cwd=ROOT, env=embedded_env(), capture_output=True, text=True, timeout=120,
+        check=False,
+        cwd=ROOT,
+        env=embedded_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     seconds = time.perf_counter() - started
     if done.returncode != 0:
@@ -49,7 +54,7 @@ def import_times(stderr: str) -> dict[str, int]:
     for line in stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line:
             continue
-        _, cumulative_us, name = line[len("import time:"):].split("|")
+        _, cumulative_us, name = line[len("import time:") :].split("|")
         if name.startswith(" ") and not name.startswith("  "):  # top level: one space of indent
             try:
                 cumulative[name.strip()] = int(cumulative_us)
@@ -71,21 +76,27 @@ def main() -> None:
     heavy = sorted({name.split(".")[0] for name in imported if name.split(".")[0] in HEAVY})
     slowest = sorted(import_times(traced.stderr).items(), key=lambda item: -item[1])[:8]
 
-    print(f"manage.py check: median {median:.3f} s of {RUNS} (min {min(times):.3f}, "
-          f"max {max(times):.3f}); target < {TARGET_SECONDS} s")
+    print(
+        f"manage.py check: median {median:.3f} s of {RUNS} (min {min(times):.3f}, "
+        f"max {max(times):.3f}); target < {TARGET_SECONDS} s"
+    )
     print("slowest top-level imports: " + ", ".join(f"{n} {us / 1e3:.0f} ms" for n, us in slowest))
     print(f"heavy modules imported: {heavy or 'none'}")
-    print(json.dumps({
-        "benchmark": "check_time",
-        "runs": RUNS,
-        "median_seconds": round(median, 3),
-        "min_seconds": round(min(times), 3),
-        "max_seconds": round(max(times), 3),
-        "litellm_imported": "litellm" in heavy,
-        "heavy_imported": heavy,
-        "target_seconds": TARGET_SECONDS,
-        "ok": median < TARGET_SECONDS and not heavy,
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "check_time",
+                "runs": RUNS,
+                "median_seconds": round(median, 3),
+                "min_seconds": round(min(times), 3),
+                "max_seconds": round(max(times), 3),
+                "litellm_imported": "litellm" in heavy,
+                "heavy_imported": heavy,
+                "target_seconds": TARGET_SECONDS,
+                "ok": median < TARGET_SECONDS and not heavy,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

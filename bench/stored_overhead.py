@@ -65,9 +65,12 @@ async def _measure(runs: int, warmup: int) -> dict[str, float | int | str]:
     pool, worker_rows = await sync_to_async(make_pool)()
     workers = [
         WorkerInfo(
-            name=row.name, model=row.model, description=row.description,
-            client=make_client(row.model, params=row.params, price_in=row.price_in,
-                               price_out=row.price_out),
+            name=row.name,
+            model=row.model,
+            description=row.description,
+            client=make_client(
+                row.model, params=row.params, price_in=row.price_in, price_out=row.price_out
+            ),
         )
         for row in worker_rows
     ]
@@ -85,15 +88,15 @@ async def _measure(runs: int, warmup: int) -> dict[str, float | int | str]:
 
     async def bare(question: str) -> int:
         result = await execute_run(
-            question=question, strategy=build_strategy("conductor", conductor=conductor),
-            workers=workers, settings=run_settings,
+            question=question,
+            strategy=build_strategy("conductor", conductor=conductor),
+            workers=workers,
+            settings=run_settings,
         )
         assert result.status == "succeeded", result.error
         return len(result.steps)
 
-    create = sync_to_async(
-        lambda question: run_create(pool=pool, input=question, enqueue=False).pk
-    )
+    create = sync_to_async(lambda question: run_create(pool=pool, input=question, enqueue=False).pk)
     count_steps = sync_to_async(lambda run_id: Step.objects.filter(run_id=run_id).count())
 
     for question in questions[:warmup]:
@@ -131,7 +134,9 @@ async def _measure(runs: int, warmup: int) -> dict[str, float | int | str]:
         "bare_ms_per_step": round(bare_ms, 3),
         "stored_ms_per_step": round(stored_ms, 3),
         "overhead_ms_per_step": round(stored_ms - bare_ms, 3),
-        "overhead_cpu_ms_per_step": round((stored_cpu / stored_steps - bare_cpu / bare_steps) * 1e3, 3),
+        "overhead_cpu_ms_per_step": round(
+            (stored_cpu / stored_steps - bare_cpu / bare_steps) * 1e3, 3
+        ),
         "stored_to_bare_ratio": round(stored_ms / bare_ms, 2),
         "create_ms_per_run": round(create_seconds / len(measured) * 1e3, 3),
         "channel_layer": layer,
@@ -191,7 +196,12 @@ def _run_child(env: dict[str, str]) -> dict:
 def _run_child_once(env: dict[str, str]) -> dict:
     done = subprocess.run(
         [sys.executable, "-m", "bench.stored_overhead", "--child", str(RUNS), str(WARMUP_RUNS)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
@@ -200,11 +210,15 @@ def _run_child_once(env: dict[str, str]) -> dict:
 
 def _base_env() -> dict[str, str]:
     env = {
-        k: v for k, v in os.environ.items()
+        k: v
+        for k, v in os.environ.items()
         if k not in {"DATABASE_URL", "REDIS_URL", "SQLITE_PATH", "CONDUCTOR_EXECUTION"}
     }
-    env.update(DJANGO_SETTINGS_MODULE="webui.settings", CONDUCTOR_SIM_LATENCY_SCALE="0",
-               LOG_LEVEL="WARNING")
+    env.update(
+        DJANGO_SETTINGS_MODULE="webui.settings",
+        CONDUCTOR_SIM_LATENCY_SCALE="0",
+        LOG_LEVEL="WARNING",
+    )
     return env
 
 
@@ -255,8 +269,10 @@ def main() -> None:
         return
     load_before = os.getloadavg()[0]
     results = {"sqlite": measure_sqlite(), "postgresql": measure_postgres()}
-    print(f"load average (1 min) before: {load_before:.2f}, after: {os.getloadavg()[0]:.2f} "
-          f"on {os.cpu_count()} CPUs; wall times inflate with other load")
+    print(
+        f"load average (1 min) before: {load_before:.2f}, after: {os.getloadavg()[0]:.2f} "
+        f"on {os.cpu_count()} CPUs; wall times inflate with other load"
+    )
     for database, figures in results.items():
         if "skipped" in figures:
             print(f"{database}: skipped: {figures['skipped']}")
@@ -271,17 +287,21 @@ def main() -> None:
             f"waiting for the disk: overhead {figures['relaxed_overhead_ms_per_step']:.3f} ms/step"
         )
     measured = [f for f in results.values() if "skipped" not in f]
-    print(json.dumps({
-        "benchmark": "stored_overhead",
-        **{
-            f"{database}_{key}": value
-            for database, figures in results.items()
-            for key, value in figures.items()
-        },
-        "target_ms_per_step": TARGET_MS_PER_STEP,
-        "load_average": round(load_before, 2),
-        "ok": all(f["overhead_ms_per_step"] <= TARGET_MS_PER_STEP for f in measured),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "stored_overhead",
+                **{
+                    f"{database}_{key}": value
+                    for database, figures in results.items()
+                    for key, value in figures.items()
+                },
+                "target_ms_per_step": TARGET_MS_PER_STEP,
+                "load_average": round(load_before, 2),
+                "ok": all(f["overhead_ms_per_step"] <= TARGET_MS_PER_STEP for f in measured),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

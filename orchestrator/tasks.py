@@ -21,6 +21,7 @@ import socket
 import threading
 import uuid
 from types import TracebackType
+from typing import Self
 
 from celery import Task, shared_task
 from django.conf import settings
@@ -83,7 +84,9 @@ class RunLease:
         interval = self.milliseconds / 3000
         while not self._stopped.wait(interval):
             try:
-                renewed = self._client.eval(_RENEW_SCRIPT, 1, self.key, self.token, self.milliseconds)
+                renewed = self._client.eval(
+                    _RENEW_SCRIPT, 1, self.key, self.token, self.milliseconds
+                )
             except Exception:  # a Redis blip: try again at the next beat, the lease may survive it
                 log.warning("could not renew %s", self.key, exc_info=True)
                 continue
@@ -102,7 +105,7 @@ class RunLease:
         except Exception:  # it lapses on its own
             log.warning("could not release %s", self.key, exc_info=True)
 
-    def __enter__(self) -> RunLease:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

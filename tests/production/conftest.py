@@ -174,14 +174,33 @@ def start_celery_worker(
             **env_overrides,
         }
         command = [
-            sys.executable, "-m", "celery", "-A", "webui", "worker",
-            "-P", "prefork", "-c", str(concurrency),
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "-Q", route_runs_to, "-n", name, "--loglevel", "INFO",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "webui",
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            str(concurrency),
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-Q",
+            route_runs_to,
+            "-n",
+            name,
+            "--loglevel",
+            "INFO",
         ]
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         worker = CeleryWorkerProcess(process=process, log_path=log_path, name=name)

@@ -166,7 +166,8 @@ def test_run_survives_its_worker_being_killed_mid_run(start_celery_worker):
     second = start_celery_worker()
     wait_for(
         lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).exists(),
-        timeout=RUN_TIMEOUT, what="the run to finish on the second worker",
+        timeout=RUN_TIMEOUT,
+        what="the run to finish on the second worker",
     )
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED, run.error
@@ -206,7 +207,8 @@ def test_a_run_longer_than_the_visibility_timeout_executes_once(start_celery_wor
     run = run_create(pool=pool, input=task.question, reference=task.reference, grader=task.grader)
     wait_for(
         lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).exists(),
-        timeout=RUN_TIMEOUT, what="the run to finish",
+        timeout=RUN_TIMEOUT,
+        what="the run to finish",
     )
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED, run.error
@@ -214,7 +216,10 @@ def test_a_run_longer_than_the_visibility_timeout_executes_once(start_celery_wor
 
     logs = [worker.log() for worker in workers]
     received = sum(
-        1 for log in logs for line in log.splitlines() if "run_execute_task[" in line and line.endswith(" received")
+        1
+        for log in logs
+        for line in log.splitlines()
+        if "run_execute_task[" in line and line.endswith(" received")
     )
     assert received >= 2, "the message was never delivered a second time; this proves nothing"
 
@@ -237,7 +242,8 @@ def test_a_run_survives_its_pool_process_being_killed(start_celery_worker):
     run = run_create(pool=pool, input=task.question, reference=task.reference, grader=task.grader)
     wait_for(
         lambda: Step.objects.filter(run=run, status=Step.Status.SUCCEEDED).exists(),
-        timeout=RUN_TIMEOUT, what="the first finished step",
+        timeout=RUN_TIMEOUT,
+        what="the first finished step",
     )
     (child,) = worker.pool_children()
     os.kill(child, signal.SIGKILL)
@@ -247,7 +253,8 @@ def test_a_run_survives_its_pool_process_being_killed(start_celery_worker):
     }
     wait_for(
         lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).exists(),
-        timeout=RUN_TIMEOUT, what="the run to finish after its pool process died",
+        timeout=RUN_TIMEOUT,
+        what="the run to finish after its pool process died",
     )
     run.refresh_from_db()
     assert run.status == Run.Status.SUCCEEDED, run.error
