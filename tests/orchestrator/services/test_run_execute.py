@@ -114,11 +114,10 @@ def test_events_tell_the_whole_run_in_order_without_gaps(sim_pool, sent_events):
         "step.finished",
         "step.started",
         "step.finished",
-        "run.status",  # planning: the strategy is asked for a next round (a fixed one has none)
-        "run.finished",
+        "run.finished",  # a fixed strategy plans one round: no second "planning"
     ]
     statuses = [e["status"] for e in events if e["type"] == "run.status"]
-    assert statuses == ["queued", "planning", "running", "planning"]
+    assert statuses == ["queued", "planning", "running"]
     step_ids = {step.pk for step in Step.objects.filter(run=run)}
     for step_id in step_ids:
         lifecycle = [e["type"] for e in events if e.get("step", {}).get("id") == step_id]
