@@ -35,8 +35,11 @@ serve:
 	@echo "Serving on http://$(HOST):$(PORT)/ (Ctrl-C stops)"
 	$(BIN)/daphne -b $(HOST) -p $(PORT) webui.asgi:application
 
+# Three sessions: Playwright's sync API keeps an event loop running in the main thread, which
+# Django then takes for an async context, so browser tests never share a process with the rest.
 test: install
-	$(BIN)/pytest -m "not production"
+	$(BIN)/pytest -m "not production and not browser"
+	$(BIN)/pytest -m browser
 	$(MAKE) --no-print-directory test-production
 
 test-fast: install
