@@ -76,8 +76,11 @@ def admin_credentials(live_server: LiveServer) -> tuple[str, str]:
     return live_server.admin_username, live_server.admin_password
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(_browser_available):
+    """Chromium for one test module. Playwright's sync API keeps an event loop marked running in
+    this thread while it is started, which Django then takes for an async context; stopping it
+    after each module means tests collected after the browser tests run in a normal thread."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
