@@ -28,6 +28,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from orchestrator.models import Plan, Run, RunEvent, Step
 
@@ -162,17 +163,56 @@ def publish_many(
     with transaction.atomic(savepoint=False):
         # The UPDATE takes the row lock first, so concurrent publishers get distinct seqs.
         last = _advance_seq(run_id, len(items))
-        first = last - len(items) + 1
-        events = [
-            {"type": type, "run": run_id, "seq": first + offset, **data}
-            for offset, (type, data) in enumerate(items)
-        ]
-        RunEvent.objects.bulk_create(
-            [RunEvent(run_id=run_id, seq=e["seq"], type=e["type"], data=e) for e in events]
-        )
-        deliver = deliver or send
-        transaction.on_commit(lambda: [deliver(event) for event in events])
+        events = store_events(run_id, items, last_seq=last, deliver=deliver)
     return events
+
+
+def store_events(
+    run_id: int,
+    items: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    last_seq: int,
+    deliver: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Store events whose seqs the caller has taken, ending at ``last_seq``, in one INSERT, and
+    hand them to ``deliver`` (default: ``send``) in seq order once the transaction commits.
+
+    For services that advance the run's ``last_seq`` by ``len(items)`` in the same transaction
+    as another change of the run row (one statement instead of two); ``publish_many`` is this
+    with the seqs taken for you. Call it inside ``transaction.atomic``. Returns the events.
+    """
+    for type, _ in items:
+        if type not in EVENT_TYPES:
+            raise ValueError(f"unknown event type {type!r}")
+    if not items:
+        return []
+    first = last_seq - len(items) + 1
+    events = [
+        {"type": type, "run": run_id, "seq": first + offset, **data}
+        for offset, (type, data) in enumerate(items)
+    ]
+    created_at = connection.ops.adapt_datetimefield_value(timezone.now())
+    params: list[Any] = []
+    for event in events:
+        params += [run_id, event["seq"], event["type"], _data_for_db(event), created_at]
+    # Plain SQL: the ORM's bulk_create costs more to build than the insert costs to run.
+    rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(events))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {_EVENT_TABLE} (run_id, seq, type, data, created_at) VALUES {rows}",
+            params,
+        )
+    deliver = deliver or send
+    transaction.on_commit(lambda: [deliver(event) for event in events])
+    return events
+
+
+_EVENT_TABLE = RunEvent._meta.db_table
+_EVENT_DATA = RunEvent._meta.get_field("data")
+
+
+def _data_for_db(event: dict[str, Any]) -> Any:
+    return _EVENT_DATA.get_db_prep_save(event, connection)
 
 
 def _advance_seq(run_id: int, count: int) -> int:

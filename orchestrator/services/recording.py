@@ -7,8 +7,9 @@ Events are stored with ``orchestrator.events.publish_many`` in the same transact
 they announce; once it commits they are queued, and the observer sends them from the event loop
 in seq order (one sender at a time, so a slow channel layer never reorders them).
 
-The recorder keeps what it wrote (step rows, stored plan rounds, totals) so that each callback
-costs a handful of statements: storing is meant to cost a few milliseconds per step at most.
+The recorder keeps what it wrote (step rows, stored plan rounds, totals, the run's status) so
+that each callback costs two to four statements, in plain SQL on the hot path: storing is meant to
+cost a few milliseconds per step at most (``python -m bench.stored_overhead``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import connection, transaction
-from django.db.models import F
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from orchestrator import events
@@ -35,10 +34,47 @@ logger = logging.getLogger(__name__)
 
 TOTAL_FIELDS = ("tokens_in", "tokens_out", "cost", "model_calls", "wall_time", "step_count")
 RUN_TABLE = Run._meta.db_table
+STEP_TABLE = Step._meta.db_table
 STEP_RESULT_FIELDS = (
     "status", "messages", "response", "tokens_in", "tokens_out", "cost", "latency", "attempts",
     "error", "finished_at",
 )  # fmt: skip
+_STEP_RESULT_SQL = (
+    f"UPDATE {STEP_TABLE} SET {', '.join(f'{field} = %s' for field in STEP_RESULT_FIELDS)} "
+    "WHERE id = %s AND status NOT IN (%s, %s)"
+)
+_STEP_MESSAGES = Step._meta.get_field("messages")
+_STEP_READS = Step._meta.get_field("reads")
+
+
+def _can_return() -> bool:
+    """Whether UPDATE ... RETURNING works here (PostgreSQL; SQLite 3.35 and later)."""
+    return connection.vendor == "postgresql" or (
+        connection.vendor == "sqlite" and connection.features.can_return_columns_from_insert
+    )
+
+
+_RUN_RETURNING = ", ".join(("last_seq", *TOTAL_FIELDS))
+
+
+def _update_returning(sql: str, params: list[Any], *, returning: str, id: int) -> tuple | None:
+    """Run an UPDATE of one run row and read back ``returning`` from it (in the same statement
+    where the database can); None if the UPDATE matched no row."""
+    with connection.cursor() as cursor:
+        if _can_return():
+            cursor.execute(f"{sql} RETURNING {returning}", params)
+            rows = cursor.fetchall()
+            return rows[0] if rows else None
+        cursor.execute(sql, params)
+        if cursor.rowcount == 0:
+            return None
+        cursor.execute(f"SELECT {returning} FROM {RUN_TABLE} WHERE id = %s", [id])
+        return cursor.fetchone()
+
+
+def _db_datetime(value: Any) -> Any:
+    """A datetime as this database's driver takes it in plain SQL (what the ORM would send)."""
+    return connection.ops.adapt_datetimefield_value(value)
 
 
 class RunCancelled(Exception):
@@ -54,8 +90,16 @@ class RunRecorder:
     """Stores the callbacks of one run's execution (sync; one thread at a time).
 
     ``steps`` are the run's stored Step rows (a resumed run has some), ``plan_rounds`` the rounds
-    whose plan is stored, ``totals`` the run's stored totals: the recorder keeps all three current.
-    Every method publishes its events with ``deliver``, which receives them after the commit.
+    whose plan is stored, ``totals`` the run's stored totals and ``status`` its stored status: the
+    recorder keeps all four current. Every method publishes its events with ``deliver``, which
+    receives them after the commit.
+
+    Each callback is one transaction of two to four short statements, in plain SQL where the ORM
+    would spend more time building a statement than the database spends running it: the step's
+    row first (conditional, so a stored result is never overwritten), then one UPDATE of the run
+    row that checks its status, adds to its totals and takes the seqs of the callback's events
+    (the row lock it holds until the commit keeps seqs gapless and in commit order), then one
+    INSERT of those events.
     """
 
     def __init__(
@@ -66,6 +110,7 @@ class RunRecorder:
         steps: Iterable[Step] = (),
         plan_rounds: Iterable[int] = (),
         totals: dict[str, Any] | None = None,
+        status: str | None = None,
         deliver: Any = None,
     ) -> None:
         self.run_id = run_id
@@ -73,49 +118,85 @@ class RunRecorder:
         self.steps: dict[tuple[int, int], Step] = {(s.round, s.index): s for s in steps}
         self.plan_rounds = set(plan_rounds)
         self.totals = {field: 0 for field in TOTAL_FIELDS} | dict(totals or {})
+        self.status = status
         self.deliver = deliver
 
     # Helpers ------------------------------------------------------------------------------------
 
-    def _publish(self, items: list[tuple[str, dict[str, Any]]]) -> None:
-        events.publish_many(self.run_id, items, deliver=self.deliver)
+    def _publish(self, items: list[tuple[str, dict[str, Any]]], last_seq: int) -> None:
+        events.store_events(self.run_id, items, last_seq=last_seq, deliver=self.deliver)
 
     def _run_status(self) -> str:
-        """The run's stored status (row-locked where the database can); raises if cancelled.
-
-        Plain SQL: this runs at every callback, and the ORM would spend more time building the
-        statement than the database spends answering it.
-        """
+        """The run's stored status (row-locked where the database can); raises if cancelled."""
         lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT status FROM {RUN_TABLE} WHERE id = %s{lock}", [self.run_id])
-            (status,) = cursor.fetchone()
-        if status == Run.Status.CANCELLED:
+            row = cursor.fetchone()
+        if row is None:
+            raise Run.DoesNotExist(f"run {self.run_id} does not exist")
+        if row[0] == Run.Status.CANCELLED:
             raise RunCancelled(f"run {self.run_id} was cancelled")
-        return status
+        return row[0]
 
-    def _move_to(self, status: str, current: str, items: list) -> None:
-        """Move the run to ``status`` (from ``current``) and queue the ``run.status`` event."""
-        if current == status or current in Run.FINISHED:
-            return
-        Run.objects.filter(pk=self.run_id).update(
-            status=status, started_at=Coalesce(F("started_at"), timezone.now())
-        )
-        items.append((events.RUN_STATUS, {"status": str(status)}))
+    def _advance_run(
+        self,
+        *,
+        event_count: int,
+        move_to: str | None = None,
+        check_cancelled: bool = True,
+        add: dict[str, float] | None = None,
+    ) -> tuple[int, bool]:
+        """One UPDATE of the run row: take ``event_count`` seqs (one more if the run moves to
+        ``move_to``), add ``add`` to the totals, move the status; read back the totals.
 
-    def _add_to_totals(self, **amounts: float) -> None:
-        """Add to the stored totals (as increments: exact even if another writer adds too)."""
-        unknown = set(amounts) - set(TOTAL_FIELDS)
+        Raises RunCancelled (rolling the callback back) if ``check_cancelled`` and the run was
+        cancelled. A run that is not moved (already there, or finished) gets no status event.
+        Returns the run's new last_seq and whether it moved (the caller then announces it).
+        """
+        add = add or {}
+        unknown = set(add) - set(TOTAL_FIELDS)
         if unknown:
             raise ValueError(f"not a total: {', '.join(sorted(unknown))}")
-        assignments = ", ".join(f"{field} = {field} + %s" for field in amounts)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {RUN_TABLE} SET {assignments} WHERE id = %s",
-                [*amounts.values(), self.run_id],
-            )
-        for field, amount in amounts.items():
-            self.totals[field] += amount
+        if move_to is not None and self.status is None:
+            self.status = self._run_status()
+        moving = move_to is not None and move_to != self.status
+        row = self._update_run(
+            event_count + moving, add, move_to if moving else None, check_cancelled
+        )
+        if row is None and (moving or check_cancelled):
+            # The status condition failed: cancelled (raise), or finished (then no move, as the
+            # run ended elsewhere; the callback is still stored).
+            self._run_status()
+            moving = False
+            row = self._update_run(event_count, add, None, False)
+        if row is None:
+            raise Run.DoesNotExist(f"run {self.run_id} does not exist")
+        last_seq, *totals = row
+        self.totals.update(zip(TOTAL_FIELDS, totals))
+        if moving:
+            self.status = move_to
+        return last_seq, moving
+
+    def _update_run(
+        self, event_count: int, add: dict[str, float], move_to: str | None, conditional: bool
+    ) -> tuple | None:
+        assignments = ["last_seq = last_seq + %s"]
+        params: list[Any] = [event_count]
+        for field, amount in add.items():
+            assignments.append(f"{field} = {field} + %s")
+            params.append(amount)
+        if move_to is not None:
+            assignments += ["status = %s", "started_at = COALESCE(started_at, %s)"]
+            params += [str(move_to), _db_datetime(timezone.now())]
+        where = "id = %s"
+        params.append(self.run_id)
+        if conditional:
+            # Moving needs a live run; storing a callback only a run that was not cancelled.
+            closed = Run.FINISHED if move_to is not None else (Run.Status.CANCELLED,)
+            where += f" AND status NOT IN ({', '.join(['%s'] * len(closed))})"
+            params += [str(status) for status in closed]
+        sql = f"UPDATE {RUN_TABLE} SET {', '.join(assignments)} WHERE {where}"
+        return _update_returning(sql, params, returning=_RUN_RETURNING, id=self.run_id)
 
     def _step_row(self, record: StepRecord) -> Step:
         key = (record.round, record.index)
@@ -125,22 +206,30 @@ class RunRecorder:
             self.steps[key] = row
         return row
 
-    def _store_plan(self, plan: PlanRecord, items: list) -> Plan | None:
-        """Store a plan not stored yet, count its conductor calls, queue ``plan.created``."""
-        if plan.round in self.plan_rounds:
-            return None
-        stored = Plan.objects.create(
-            run_id=self.run_id,
-            round=plan.round,
-            strategy=plan.strategy,
-            messages=list(plan.messages),
-            attempts=attempts_to_data(plan.attempts),
-            workflow=workflow_to_data(plan.workflow),
-            error=plan.error,
-        )
-        self.plan_rounds.add(plan.round)
-        items.append((events.PLAN_CREATED, {"plan": events.plan_data(stored)}))
-        return stored
+    def _new_plan_rows(self, plans: Iterable[PlanRecord]) -> list[Plan]:
+        """Unsaved rows for the plans whose round is not stored yet (one per round)."""
+        rows: dict[int, Plan] = {}
+        for plan in plans:
+            if plan.round in self.plan_rounds or plan.round in rows:
+                continue
+            rows[plan.round] = Plan(
+                run_id=self.run_id,
+                round=plan.round,
+                strategy=plan.strategy,
+                messages=list(plan.messages),
+                attempts=attempts_to_data(plan.attempts),
+                workflow=workflow_to_data(plan.workflow),
+                error=plan.error,
+            )
+        return list(rows.values())
+
+    def _store_plans(self, rows: list[Plan]) -> list:
+        """Insert new plan rows; returns their ``plan.created`` events."""
+        if not rows:
+            return []
+        Plan.objects.bulk_create(rows)
+        self.plan_rounds.update(row.round for row in rows)
+        return [(events.PLAN_CREATED, {"plan": events.plan_data(row)}) for row in rows]
 
     def _plan_usage(self, plan: PlanRecord) -> dict[str, float]:
         attempts = plan.attempts
@@ -155,66 +244,93 @@ class RunRecorder:
 
     def planning(self, round: int) -> None:
         """The strategy is about to write the workflow of ``round``."""
-        items: list = []
         with transaction.atomic():
-            self._move_to(Run.Status.PLANNING, self._run_status(), items)
-            self._publish(items)
+            last_seq, moved = self._advance_run(event_count=0, move_to=Run.Status.PLANNING)
+            if moved:
+                self._publish([(events.RUN_STATUS, {"status": str(Run.Status.PLANNING)})], last_seq)
 
     def plan_created(self, plan: PlanRecord, steps: Sequence[StepRecord]) -> None:
         """Store the plan of a round and its steps (pending), with reads resolved to step ids."""
-        items: list = []
+        plan_rows = self._new_plan_rows([plan])
+        new_steps = [
+            Step(
+                run_id=self.run_id,
+                round=record.round,
+                index=record.index,
+                instruction=record.spec.instruction,
+                worker_id=self._worker_id(record.spec.worker),
+                worker_index=record.spec.worker,
+                worker_name=record.worker_name,
+                model=record.model,
+                access=access_to_data(record.spec.access),
+            )
+            for record in steps
+            if (record.round, record.index) not in self.steps
+        ]
+        usage = self._plan_usage(plan) if plan_rows else {}
+        if new_steps:
+            usage["step_count"] = len(new_steps)
         with transaction.atomic():
-            self._run_status()
-            stored_plan = self._store_plan(plan, items)
-            new_steps = [
-                Step(
-                    run_id=self.run_id,
-                    plan=stored_plan,
-                    round=record.round,
-                    index=record.index,
-                    instruction=record.spec.instruction,
-                    worker_id=self._worker_id(record.spec.worker),
-                    worker_index=record.spec.worker,
-                    worker_name=record.worker_name,
-                    model=record.model,
-                    access=access_to_data(record.spec.access),
-                )
-                for record in steps
-                if (record.round, record.index) not in self.steps
-            ]
+            last_seq, _ = self._advance_run(event_count=len(plan_rows) + len(new_steps), add=usage)
+            items = self._store_plans(plan_rows)
             if new_steps:
+                for row in new_steps:
+                    row.plan = plan_rows[0] if plan_rows else None
                 Step.objects.bulk_create(new_steps)
                 self.steps.update({(s.round, s.index): s for s in new_steps})
-                by_index = {s.index: s for s in new_steps}
-                reading = []
-                for record in steps:
-                    row = by_index.get(record.index)
-                    if row is not None and record.reads:
-                        row.reads = [self.steps[(record.round, read)].pk for read in record.reads]
-                        reading.append(row)
-                if reading:
-                    Step.objects.bulk_update(reading, ["reads"])
-            usage = self._plan_usage(plan) if stored_plan is not None else {}
-            if usage or new_steps:
-                self._add_to_totals(**usage, step_count=len(new_steps))
+                self._store_reads(steps, {s.index: s for s in new_steps})
             items += [(events.STEP_CREATED, {"step": events.step_data(s)}) for s in new_steps]
-            self._publish(items)
+            if items:
+                self._publish(items, last_seq)
+
+    def _store_reads(self, records: Sequence[StepRecord], new_by_index: dict[int, Step]) -> None:
+        """Resolve what each new step reads to step ids (known once the rows are inserted)."""
+        updates = []
+        for record in records:
+            row = new_by_index.get(record.index)
+            if row is not None and record.reads:
+                row.reads = [self.steps[(record.round, read)].pk for read in record.reads]
+                updates.append([_STEP_READS.get_db_prep_save(row.reads, connection), row.pk])
+        if updates:
+            with connection.cursor() as cursor:
+                cursor.executemany(f"UPDATE {STEP_TABLE} SET reads = %s WHERE id = %s", updates)
 
     def step_started(self, record: StepRecord) -> None:
         """A step was sent to its worker: store exactly what it was sent."""
-        items: list = []
+        row = self._step_row(record)
+        messages = list(record.messages)
+        started_at = timezone.now()
         with transaction.atomic():
-            self._move_to(Run.Status.RUNNING, self._run_status(), items)
-            row = self._step_row(record)
+            written = False
             if row.status != Step.Status.SUCCEEDED:  # a stored result is kept
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        f"UPDATE {STEP_TABLE} SET status = %s, messages = %s, started_at = %s, "
+                        "finished_at = NULL, error = '' WHERE id = %s AND status != %s",
+                        [
+                            str(Step.Status.RUNNING),
+                            _STEP_MESSAGES.get_db_prep_save(messages, connection),
+                            _db_datetime(started_at),
+                            row.pk,
+                            str(Step.Status.SUCCEEDED),
+                        ],
+                    )
+                    written = cursor.rowcount == 1
+            last_seq, moved = self._advance_run(
+                event_count=int(written), move_to=Run.Status.RUNNING
+            )
+            items: list = []
+            if moved:
+                items.append((events.RUN_STATUS, {"status": str(Run.Status.RUNNING)}))
+            if written:
                 row.status = Step.Status.RUNNING
-                row.messages = list(record.messages)
-                row.started_at = timezone.now()
+                row.messages = messages
+                row.started_at = started_at
                 row.finished_at = None
                 row.error = ""
-                row.save(update_fields=["status", "messages", "started_at", "finished_at", "error"])
                 items.append((events.STEP_STARTED, {"step": events.step_data(row)}))
-            self._publish(items)
+            if items:
+                self._publish(items, last_seq)
 
     def step_result(self, record: StepRecord) -> None:
         """A step succeeded or failed: store its response, usage and error, once.
@@ -236,57 +352,94 @@ class RunRecorder:
             "error": record.error,
             "finished_at": timezone.now(),
         }
+        row = self._step_row(record)
+        params = [
+            str(values["status"]),
+            _STEP_MESSAGES.get_db_prep_save(values["messages"], connection),
+            *(values[field] for field in STEP_RESULT_FIELDS[2:-1]),
+            _db_datetime(values["finished_at"]),
+            row.pk,
+            str(Step.Status.SUCCEEDED),
+            str(Step.Status.FAILED),
+        ]
         with transaction.atomic():
-            row = self._step_row(record)
-            written = (
-                Step.objects.filter(pk=row.pk)
-                .exclude(status__in=[Step.Status.SUCCEEDED, Step.Status.FAILED])
-                .update(**values)
+            with connection.cursor() as cursor:
+                cursor.execute(_STEP_RESULT_SQL, params)
+                if cursor.rowcount != 1:
+                    return
+            last_seq, _ = self._advance_run(
+                event_count=1,
+                check_cancelled=False,
+                add={
+                    "tokens_in": record.tokens_in,
+                    "tokens_out": record.tokens_out,
+                    "cost": record.cost,
+                    "model_calls": record.attempts,
+                },
             )
-            if not written:
-                return
             for field, value in values.items():
                 setattr(row, field, value)
-            self._add_to_totals(
-                tokens_in=record.tokens_in,
-                tokens_out=record.tokens_out,
-                cost=record.cost,
-                model_calls=record.attempts,
-            )
             event_type = events.STEP_FINISHED if succeeded else events.STEP_FAILED
             data = {"step": events.step_data(row), "totals": dict(self.totals)}
-            self._publish([(event_type, data)])
+            self._publish([(event_type, data)], last_seq)
 
     def run_finished(self, result: RunResult, score: float | None) -> None:
         """Store how the run ended: plans never announced (accepting or unusable ones), the
         answer, score, error and the engine's final totals. A run already finished is kept."""
-        items: list = []
+        plan_rows = self._new_plan_rows(result.plans)  # their calls are in the totals below
+        totals = result.totals
+        status = Run.Status.SUCCEEDED if result.status == "succeeded" else Run.Status.FAILED
+        finished_at = timezone.now()
+        assignments = {
+            "status": str(status),
+            "answer": result.answer,
+            "error": result.error,
+            "score": score,
+            "tokens_in": totals.tokens_in,
+            "tokens_out": totals.tokens_out,
+            "cost": totals.cost,
+            "model_calls": totals.model_calls,
+            "wall_time": totals.wall_time,
+            "finished_at": _db_datetime(finished_at),
+        }
+        finished = [str(s) for s in Run.FINISHED]
+        sql = (
+            f"UPDATE {RUN_TABLE} SET {', '.join(f'{name} = %s' for name in assignments)}, "
+            "started_at = COALESCE(started_at, %s), last_seq = last_seq + %s "
+            f"WHERE id = %s AND status NOT IN ({', '.join(['%s'] * len(finished))})"
+        )
+        params = [
+            *assignments.values(), _db_datetime(finished_at), len(plan_rows) + 1, self.run_id,
+            *finished,
+        ]  # fmt: skip
         with transaction.atomic():
-            run = Run.objects.select_for_update().get(pk=self.run_id)
-            if run.is_finished:
+            row = _update_returning(sql, params, returning="last_seq, step_count", id=self.run_id)
+            if row is None:
                 return
-            for plan in result.plans:  # their calls are in the engine's totals below
-                self._store_plan(plan, items)
-            totals = result.totals
-            run.status = Run.Status.SUCCEEDED if result.status == "succeeded" else Run.Status.FAILED
-            run.answer = result.answer
-            run.error = result.error
-            run.score = score
-            run.tokens_in = totals.tokens_in
-            run.tokens_out = totals.tokens_out
-            run.cost = totals.cost
-            run.model_calls = totals.model_calls
-            run.wall_time = totals.wall_time
-            run.finished_at = timezone.now()
-            run.started_at = run.started_at or run.finished_at
-            run.save(
-                update_fields=[
-                    "status", "answer", "error", "score", "tokens_in", "tokens_out", "cost",
-                    "model_calls", "wall_time", "finished_at", "started_at",
-                ]
-            )  # fmt: skip
-            items.append((events.RUN_FINISHED, finished_event_data(run)))
-            self._publish(items)
+            last_seq, step_count = row
+            self.status = status
+            items = self._store_plans(plan_rows)
+            self.totals.update(
+                tokens_in=totals.tokens_in,
+                tokens_out=totals.tokens_out,
+                cost=totals.cost,
+                model_calls=totals.model_calls,
+                wall_time=totals.wall_time,
+                step_count=step_count,
+            )
+            items.append(
+                (
+                    events.RUN_FINISHED,
+                    {
+                        "status": str(status),
+                        "answer": result.answer,
+                        "score": score,
+                        "error": result.error,
+                        "totals": dict(self.totals),
+                    },
+                )
+            )
+            self._publish(items, last_seq)
 
     def _worker_id(self, index: int) -> int | None:
         return self.worker_ids[index] if 0 <= index < len(self.worker_ids) else None
@@ -310,6 +463,7 @@ class RecordingObserver:
         steps: Iterable[Step] = (),
         plan_rounds: Iterable[int] = (),
         totals: dict[str, Any] | None = None,
+        status: str | None = None,
     ) -> None:
         self.reference = reference
         self.grader = grader
@@ -322,6 +476,7 @@ class RecordingObserver:
             steps=steps,
             plan_rounds=plan_rounds,
             totals=totals,
+            status=status,
             deliver=self._outbox.append,
         )
 

@@ -217,6 +217,7 @@ async def run_execute_async(*, run_id: int, observer: RunObserver | None = None)
             steps=execution.steps,
             plan_rounds=[plan.round for plan in execution.plans],
             totals=execution.totals(),
+            status=run.status,
         )
         await execute_run(
             question=run.input,
