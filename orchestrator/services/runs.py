@@ -245,12 +245,15 @@ def _load_execution(*, run_id: int) -> _Execution | None:
     run = Run.objects.select_related("pool").filter(pk=run_id).first()
     if run is None or run.is_finished:
         return None
+    # Every plan or step the recorder stores comes with its events, in the same transaction: a
+    # queued run that has published nothing since its creation has none to resume from.
+    fresh = run.status == Run.Status.QUEUED and run.last_seq <= 1
     return _Execution(
         run=run,
         pool=run.pool,
         workers=list(run.pool.workers.filter(enabled=True).order_by("position", "id")),
-        plans=list(Plan.objects.filter(run_id=run_id).order_by("round")),
-        steps=list(Step.objects.filter(run_id=run_id).order_by("round", "index")),
+        plans=[] if fresh else list(Plan.objects.filter(run_id=run_id).order_by("round")),
+        steps=[] if fresh else list(Step.objects.filter(run_id=run_id).order_by("round", "index")),
     )
 
 
