@@ -71,3 +71,30 @@ def test_snapshot_has_the_run_its_plans_and_steps(run):
     assert state["plans"][0]["accepts"] is True
     assert state["steps"] == [events.step_data(step)]
     assert "messages" not in state["steps"][0] and "response" not in state["steps"][0]
+
+
+def test_snapshot_steps_are_step_data_in_run_order(run):
+    from django.utils import timezone
+
+    later = make_step(run=run, round=1, index=0, status="failed", error="timed out")
+    first = make_step(
+        run=run,
+        round=0,
+        index=0,
+        status="succeeded",
+        tokens_in=12,
+        tokens_out=5,
+        cost=0.25,
+        latency=1.5,
+        attempts=2,
+        started_at=timezone.now(),
+        finished_at=timezone.now(),
+    )
+    second = make_step(run=run, round=0, index=1, access=[0], reads=[first.pk], reused_from=first)
+    for step in (first, second, later):
+        step.refresh_from_db()
+
+    steps = events.snapshot_data(run)["steps"]
+
+    assert steps == [events.step_data(first), events.step_data(second), events.step_data(later)]
+    assert steps[0]["finished_at"] and steps[1]["reads"] == [first.pk]
