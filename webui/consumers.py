@@ -54,6 +54,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
         self.group = events.group_name(self.run_id)
         self.joined = False
+        self.listening_locally = False
         self.last_sent_seq = 0
         user = self.scope.get("user")
         refusal = (
@@ -76,6 +77,10 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             self.last_sent_seq = after
             for event in await _events_after(self.run_id, after):
                 await self._forward(event)
+        # From here on, events sent from this process's loop come straight here (no layer hop);
+        # the group still brings every event, and whichever copy comes second is dropped.
+        events.listen_locally(self.run_id, self._forward_local)
+        self.listening_locally = True
 
     def _after(self) -> int | None:
         """The ``after`` query parameter: the last seq a reconnecting client has seen."""
@@ -87,6 +92,9 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         return None
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "listening_locally", False):
+            events.stop_listening_locally(self.run_id, self._forward_local)
+            self.listening_locally = False
         if getattr(self, "joined", False):
             await self.channel_layer.group_discard(self.group, self.channel_name)
             self.joined = False
@@ -97,6 +105,15 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def run_event(self, message: dict[str, Any]) -> None:
         """A live event from the run's group (layer message type ``run.event``)."""
         await self._forward(message["event"])
+
+    async def _forward_local(self, event: dict[str, Any], text: str) -> None:
+        """An event sent from this process's loop, with its JSON. Taken only if it is the next
+        one: an earlier event may still be waiting in the layer's queue for this consumer, and
+        the layer's copy of this one then comes after it, in order."""
+        if event["seq"] != self.last_sent_seq + 1:
+            return
+        self.last_sent_seq = event["seq"]
+        await self.send(text_data=text)
 
     async def _forward(self, event: dict[str, Any]) -> None:
         if event["seq"] <= self.last_sent_seq:
