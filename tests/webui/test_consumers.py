@@ -168,3 +168,43 @@ async def test_the_site_authenticates_websockets_with_the_session(sim_pool, view
     finally:
         await communicator.disconnect()
     assert snapshot["type"] == "snapshot" and snapshot["run"] == run.pk
+
+
+async def test_events_sent_on_the_consumers_loop_arrive_once_each_in_order(sim_pool, viewer):
+    run = await new_run(sim_pool)  # seq 1
+
+    async def store(status: str) -> dict:
+        stored = await sync_to_async(events.publish_many)(
+            run.pk, [(events.RUN_STATUS, {"status": status})], deliver=lambda event: None
+        )
+        return stored[0]
+
+    communicator = communicator_for(run.pk, viewer)
+    try:
+        await communicator.connect()
+        await communicator.receive_json_from()  # the snapshot, at seq 1
+        second, third = await store("planning"), await store("running")
+        # As the recorder sends them: straight to this loop's consumers, then through the layer.
+        # The consumer cannot take 3 before 2 from the local path, and never sends one twice.
+        (listener,) = events._local_listeners[run.pk]
+        await listener(third, '{"not": "sent"}')
+        await events.send_async(second)
+        await events.send_async(third)
+        await events.send_async(second)
+        arrived = [await communicator.receive_json_from() for _ in range(2)]
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+
+    assert arrived == [second, third]
+
+
+async def test_a_closed_consumer_stops_listening_locally(sim_pool, viewer):
+    run = await new_run(sim_pool)
+    communicator = communicator_for(run.pk, viewer)
+    await communicator.connect()
+    await communicator.receive_json_from()
+    assert events._local_listeners.get(run.pk)
+    await communicator.disconnect()
+
+    assert run.pk not in events._local_listeners
