@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 
-from asgiref.sync import SyncToAsync
+from asgiref.sync import SyncToAsync, ThreadSensitiveContext, sync_to_async
 from django.conf import settings
 
 logger = logging.getLogger(__name__)
@@ -83,14 +83,29 @@ def _server_loop() -> asyncio.AbstractEventLoop | None:
 
 
 def _start_task(run_id: int) -> None:
-    from orchestrator.services.runs import run_execute_async
-
-    task = asyncio.get_running_loop().create_task(
-        run_execute_async(run_id=run_id), name=f"run-{run_id}"
-    )
+    task = asyncio.get_running_loop().create_task(_execute_inline(run_id), name=f"run-{run_id}")
     with _inline_runs_lock:
         _inline_runs[run_id] = task
     task.add_done_callback(lambda done: _forget(run_id, done))
+
+
+async def _execute_inline(run_id: int) -> None:
+    """Execute a run with a database thread of its own.
+
+    Without a context of its own, the run's ``sync_to_async`` calls share the process's one
+    thread-sensitive thread with every websocket consumer and every other inline run, so a step's
+    write (and its live event) could wait behind a hundred clients loading their snapshots.
+    """
+    from django.db import connections
+
+    from orchestrator.services.runs import run_execute_async
+
+    async with ThreadSensitiveContext():
+        try:
+            await run_execute_async(run_id=run_id)
+        finally:
+            # The run's thread ends with the context: close its connection, not leave it to GC.
+            await asyncio.shield(sync_to_async(connections.close_all)())
 
 
 def _forget(run_id: int, task: asyncio.Task[None]) -> None:
