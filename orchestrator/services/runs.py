@@ -242,8 +242,11 @@ def short_error(error: BaseException) -> str:
 
 
 def _load_execution(*, run_id: int) -> _Execution | None:
-    run = Run.objects.select_related("pool").filter(pk=run_id).first()
-    if run is None or run.is_finished:
+    try:
+        run = Run.objects.select_related("pool").get(pk=run_id)
+    except Run.DoesNotExist:
+        return None
+    if run.is_finished:
         return None
     # Every plan or step the recorder stores comes with its events, in the same transaction: a
     # queued run that has published nothing since its creation has none to resume from.
@@ -251,7 +254,9 @@ def _load_execution(*, run_id: int) -> _Execution | None:
     return _Execution(
         run=run,
         pool=run.pool,
-        workers=list(run.pool.workers.filter(enabled=True).order_by("position", "id")),
+        workers=list(
+            Worker.objects.filter(pool_id=run.pool_id, enabled=True).order_by("position", "id")
+        ),
         plans=[] if fresh else list(Plan.objects.filter(run_id=run_id).order_by("round")),
         steps=[] if fresh else list(Step.objects.filter(run_id=run_id).order_by("round", "index")),
     )
