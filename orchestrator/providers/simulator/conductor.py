@@ -29,14 +29,7 @@ from orchestrator.providers.simulator.reading import (
 )
 from orchestrator.providers.simulator.solving import countdown_puzzle
 from orchestrator.providers.simulator.suite import DOMAINS, task_for_question
-from orchestrator.providers.simulator.worker import (
-    AVERAGE_SKILL,
-    draw,
-    latency_scale,
-    prompt_tokens,
-    simulated_delay,
-    token_count,
-)
+from orchestrator.providers.simulator.worker import AVERAGE_SKILL, simulated_call
 
 ANSWER_LINE = 'End with a final line "Answer: ...".'
 CODE_BLOCK = "Reply with the final code in one fenced python block."
@@ -140,12 +133,7 @@ class SimulatedConductor:
     price_out: float = 0.0
 
     async def complete(self, messages: Sequence[Message], *, timeout: float) -> Completion:
-        text = self.respond(messages)
-        seconds = self.latency * latency_scale() * (0.75 + 0.5 * draw(self.seed, self.model, text))
-        await simulated_delay(seconds, timeout=timeout, model=self.model)
-        tokens_in, tokens_out = prompt_tokens(messages), token_count(text)
-        cost = (tokens_in * self.price_in + tokens_out * self.price_out) / 1_000_000
-        return Completion(text, tokens_in, tokens_out, cost, seconds)
+        return await simulated_call(self, messages, timeout=timeout)
 
     def respond(self, messages: Sequence[Message]) -> str:
         """Reasoning followed by the three lists (pure and deterministic)."""

@@ -14,7 +14,7 @@ from fractions import Fraction
 from functools import cache
 
 from orchestrator.engine.grading import ExpressionError, evaluate_expression, extract_answer, grade
-from orchestrator.providers.simulator.suite import Task, format_number
+from orchestrator.providers.simulator.suite import Task, format_number, strip_outer
 
 _COUNTDOWN_NUMBERS = re.compile(r"numbers ([\d, and]+?) exactly once")
 _COUNTDOWN_TARGET = re.compile(r"make (\d+)\.")
@@ -78,18 +78,7 @@ def _countdown_search(numbers: tuple[int, ...], target: int) -> tuple[str | None
         return None
 
     solution = search(tuple((n, str(n)) for n in numbers))
-    return (_unwrap(solution) if solution else None), _unwrap(best_miss[1]), best_miss[2]
-
-
-def _unwrap(expression: str) -> str:
-    if expression.startswith("(") and expression.endswith(")"):
-        depth = 0
-        for position, char in enumerate(expression):
-            depth += {"(": 1, ")": -1}.get(char, 0)
-            if depth == 0 and position < len(expression) - 1:
-                return expression
-        return expression[1:-1]
-    return expression
+    return (strip_outer(solution) if solution else None), strip_outer(best_miss[1]), best_miss[2]
 
 
 def solve(task: Task) -> Attempt:

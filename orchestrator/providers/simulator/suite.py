@@ -320,7 +320,8 @@ def _combine(a: tuple[int, str], b: tuple[int, str], op: str) -> tuple[int, str]
     return (x // y, f"({ex} / {ey})") if y > 1 and x % y == 0 else None
 
 
-def _strip_outer(expression: str) -> str:
+def strip_outer(expression: str) -> str:
+    """The expression without one pair of parentheses around all of it, if it has one."""
     if expression.startswith("(") and expression.endswith(")"):
         depth = 0
         for position, char in enumerate(expression):
@@ -347,7 +348,7 @@ def _random_countdown(rng: random.Random) -> tuple[tuple[int, ...], int, str] | 
     target, expression = items[0]
     if not 10 <= target <= 999 or target in numbers:
         return None
-    return tuple(sorted(numbers)), target, _strip_outer(expression)
+    return tuple(sorted(numbers)), target, strip_outer(expression)
 
 
 def countdown_question(numbers: tuple[int, ...], target: int) -> str:

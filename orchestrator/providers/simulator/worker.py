@@ -19,7 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
+from typing import Literal, Protocol, TypeAlias
 
 from orchestrator.engine.types import Completion, Message, ModelError
 from orchestrator.providers.simulator.reading import WorkerTurn, read_worker_turn
@@ -108,6 +108,32 @@ async def simulated_delay(seconds: float, *, timeout: float, model: str) -> None
     await asyncio.sleep(seconds)
 
 
+class SimulatedModel(Protocol):
+    """What simulated_call needs of a simulated worker or conductor."""
+
+    model: str
+    latency: float
+    seed: int
+    price_in: float
+    price_out: float
+
+    def respond(self, messages: Sequence[Message]) -> str: ...
+
+
+async def simulated_call(
+    simulated: SimulatedModel, messages: Sequence[Message], *, timeout: float
+) -> Completion:
+    """A simulated model call: the deterministic reply after a simulated delay, with token
+    counts from the message lengths and the cost from the prices."""
+    text = simulated.respond(messages)
+    jitter = 0.75 + 0.5 * draw(simulated.seed, simulated.model, text)
+    seconds = simulated.latency * latency_scale() * jitter
+    await simulated_delay(seconds, timeout=timeout, model=simulated.model)
+    tokens_in, tokens_out = prompt_tokens(messages), token_count(text)
+    cost = (tokens_in * simulated.price_in + tokens_out * simulated.price_out) / 1_000_000
+    return Completion(text, tokens_in, tokens_out, cost, seconds)
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """An answer seen in the context, and whether the simulator can tell it is right."""
@@ -136,12 +162,7 @@ class SimulatedWorker:
         return f"[simulated {self.model}]"
 
     async def complete(self, messages: Sequence[Message], *, timeout: float) -> Completion:
-        text = self.respond(messages)
-        seconds = self.latency * latency_scale() * (0.75 + 0.5 * draw(self.seed, self.model, text))
-        await simulated_delay(seconds, timeout=timeout, model=self.model)
-        tokens_in, tokens_out = prompt_tokens(messages), token_count(text)
-        cost = (tokens_in * self.price_in + tokens_out * self.price_out) / 1_000_000
-        return Completion(text, tokens_in, tokens_out, cost, seconds)
+        return await simulated_call(self, messages, timeout=timeout)
 
     def respond(self, messages: Sequence[Message]) -> str:
         """The reply to ``messages``, without the simulated delay (pure and deterministic)."""
