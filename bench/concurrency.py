@@ -46,6 +46,7 @@ class FanInStrategy:
     """Four independent solvers, then one step reading all of them."""
 
     name = "bench"
+    max_rounds = 1
 
     async def plan(self, *, round, question, workers, settings, previous_answer):
         if round > 0:

@@ -52,6 +52,7 @@ class RepeatingStrategy:
     def __init__(self, workflow: Workflow, rounds: int) -> None:
         self.workflow = workflow
         self.rounds = rounds
+        self.max_rounds = rounds
 
     async def plan(self, *, round, question, workers, settings, previous_answer):
         if round >= self.rounds:
