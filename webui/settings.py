@@ -97,8 +97,11 @@ else:
             # A run writes from the server's threads while pages read: wait instead of failing.
             # WAL lets pages read while a run writes; in WAL mode synchronous=NORMAL stays
             # consistent after a crash and saves an fsync per commit.
+            # IMMEDIATE: a write transaction takes the lock when it begins and waits its turn,
+            # instead of failing with "database is locked" when two runs write at once.
             "OPTIONS": {
                 "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             },
         }
