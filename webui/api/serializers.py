@@ -103,12 +103,18 @@ class StepDetailOutputSerializer(StepWithResponseOutputSerializer):
 
 
 class PlanAttemptOutputSerializer(serializers.Serializer):
-    raw = serializers.CharField()
-    error = serializers.CharField()
-    tokens_in = serializers.IntegerField()
-    tokens_out = serializers.IntegerField()
-    cost = serializers.FloatField()
-    latency = serializers.FloatField()
+    """One conductor call as stored in ``Plan.attempts``.
+
+    Every field has a default (those of ``PlanAttempt``) because the stored JSON may come
+    from older rows or the admin and lack keys; a missing key must not turn into a 500.
+    """
+
+    raw = serializers.CharField(default="")
+    error = serializers.CharField(default="")
+    tokens_in = serializers.IntegerField(default=0)
+    tokens_out = serializers.IntegerField(default=0)
+    cost = serializers.FloatField(default=0.0)
+    latency = serializers.FloatField(default=0.0)
 
 
 class PlanStepOutputSerializer(serializers.Serializer):

@@ -269,3 +269,17 @@ def test_a_list_page_costs_the_same_queries_however_many_runs(
 
     assert len(response.json()["results"]) == count
     assert response.json()["results"][0]["error"] == "boom"
+
+
+def test_a_stored_plan_attempt_missing_keys_reads_with_defaults(api_as, sim_pool, viewer):
+    run = make_run(pool=sim_pool)
+    make_plan(run=run, attempts=[{"raw": "[]"}, {"error": "no JSON found", "cost": 0.5}])
+
+    response = api_as(viewer).get(reverse("api-run-detail", args=[run.pk]))
+
+    assert response.status_code == 200
+    assert response.json()["plans"][0]["attempts"] == [
+        {"raw": "[]", "error": "", "tokens_in": 0, "tokens_out": 0, "cost": 0.0, "latency": 0.0},
+        {"raw": "", "error": "no JSON found", "tokens_in": 0, "tokens_out": 0, "cost": 0.5,
+         "latency": 0.0},
+    ]
