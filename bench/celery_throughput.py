@@ -24,14 +24,14 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.production.celery_worker import spawn_celery_worker, wait_until_ready
+
 ADMIN_DATABASE_URL = os.environ.get(
     "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"
 )
@@ -67,42 +67,18 @@ def services_problem() -> str:
 
 
 def start_worker(concurrency: int, env: dict[str, str], queue: str, log_path: Path):
-    command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "webui",
-        "worker",
-        "-P",
-        "prefork",
-        "-c",
-        str(concurrency),
-        "--without-gossip",
-        "--without-mingle",
-        "--without-heartbeat",
-        "-Q",
-        queue,
-        "-n",
-        f"bench-{uuid.uuid4().hex[:6]}@%h",
-        "--loglevel",
-        "INFO",
-    ]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + WORKER_START_TIMEOUT
-    while " ready." not in log_path.read_text(errors="replace"):
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop_worker(process)
-            raise RuntimeError(f"the worker did not start:\n{log_path.read_text()[-3000:]}")
-        time.sleep(0.1)
+    process = spawn_celery_worker(
+        concurrency=concurrency,
+        queue=queue,
+        name=f"bench-{uuid.uuid4().hex[:6]}@%h",
+        env=env,
+        log_path=log_path,
+    )
+    try:
+        wait_until_ready(process, log_path, WORKER_START_TIMEOUT)
+    except (RuntimeError, TimeoutError):
+        stop_worker(process)
+        raise
     return process
 
 

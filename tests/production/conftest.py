@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.conf import settings
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.production.celery_worker import spawn_celery_worker, wait_until_ready
 
 # Short enough that a killed worker's run is delivered again within seconds.
 VISIBILITY_TIMEOUT_SECONDS = 3
@@ -122,14 +120,7 @@ class CeleryWorkerProcess:
         return self.log_path.read_text(errors="replace")
 
     def wait_until_ready(self, timeout: float = WORKER_START_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if " ready." in self.log():
-                return
-            if self.process.poll() is not None:
-                raise RuntimeError(f"celery worker exited early:\n{self.log()[-3000:]}")
-            time.sleep(0.1)
-        raise TimeoutError(f"celery worker not ready after {timeout:g}s:\n{self.log()[-3000:]}")
+        wait_until_ready(self.process, self.log_path, timeout)
 
     def kill(self) -> None:
         """SIGKILL the whole worker (main process and pool children), as a lost machine would."""
@@ -173,36 +164,9 @@ def start_celery_worker(
             "PYTHONUNBUFFERED": "1",
             **env_overrides,
         }
-        command = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "webui",
-            "worker",
-            "-P",
-            "prefork",
-            "-c",
-            str(concurrency),
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-Q",
-            route_runs_to,
-            "-n",
-            name,
-            "--loglevel",
-            "INFO",
-        ]
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env=env,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        process = spawn_celery_worker(
+            concurrency=concurrency, queue=route_runs_to, name=name, env=env, log_path=log_path
+        )
         worker = CeleryWorkerProcess(process=process, log_path=log_path, name=name)
         started.append(worker)
         worker.wait_until_ready()
