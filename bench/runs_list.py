@@ -13,18 +13,18 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench._support import run_bench_child
 
 RUNS = int(os.environ.get("BENCH_RUNS", "100000"))
 REPEATS = 15
 BATCH = 5000
 TEXT_QUERY = "countdown"
 POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-ROOT = Path(__file__).resolve().parent.parent
 
 TOPICS = (
     "arithmetic",
@@ -142,18 +142,7 @@ def measure() -> dict:
 
 
 def _child(env: dict[str, str]) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-m", "bench.runs_list", "--child"],
-        check=False,
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(result.stderr[-3000:])
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_bench_child("bench.runs_list", env=env)
 
 
 def _postgres_available() -> bool:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,8 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench._support import run_bench_child
+
 RUNS = 40
 WARMUP_RUNS = 4
 TARGET_MS_PER_STEP = 3.0
@@ -194,18 +194,7 @@ def _run_child(env: dict[str, str]) -> dict:
 
 
 def _run_child_once(env: dict[str, str]) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.stored_overhead", "--child", str(RUNS), str(WARMUP_RUNS)],
-        check=False,
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr[-3000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_bench_child("bench.stored_overhead", str(RUNS), str(WARMUP_RUNS), env=env)
 
 
 def _base_env() -> dict[str, str]:
