@@ -12,23 +12,18 @@ Run from the repository root: ``python -m bench.check_time``. Ends with one JSON
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+# The bench measures what the startup tests guard, with the same definitions.
+from tests.test_imports import HEAVY, embedded_env, modules_imported
+
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = 5
 TARGET_SECONDS = 1.5
-HEAVY = ("litellm", "openai", "tiktoken")
-
-
-def embedded_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-    env["DJANGO_SETTINGS_MODULE"] = "webui.settings"
-    return env
 
 
 def check_once(*extra: str) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -68,11 +63,7 @@ def main() -> None:
     times = [check_once()[0] for _ in range(RUNS)]
     median = statistics.median(times)
     _, traced = check_once("-X", "importtime")
-    imported = {
-        line.rsplit("|", 1)[1].strip()
-        for line in traced.stderr.splitlines()
-        if line.startswith("import time:") and "|" in line
-    }
+    imported = modules_imported(traced.stderr)
     heavy = sorted({name.split(".")[0] for name in imported if name.split(".")[0] in HEAVY})
     slowest = sorted(import_times(traced.stderr).items(), key=lambda item: -item[1])[:8]
 

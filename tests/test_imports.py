@@ -50,6 +50,18 @@ def embedded_env() -> dict[str, str]:
     return env
 
 
+def modules_imported(importtime_stderr: str) -> set[str]:
+    """Every module named in the stderr of ``python -X importtime``.
+
+    It writes "import time: self | cumulative | module" for each module imported.
+    """
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in importtime_stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+
+
 def test_settings_urls_asgi_tasks_and_check_do_not_import_litellm():
     done = subprocess.run(
         [sys.executable, "-c", STARTUP],
@@ -77,12 +89,7 @@ def test_manage_py_check_does_not_import_litellm():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "System check identified no issues" in done.stdout
-    # -X importtime writes "import time: self | cumulative | module" for each module imported.
-    imported = {
-        line.rsplit("|", 1)[1].strip()
-        for line in done.stderr.splitlines()
-        if line.startswith("import time:") and "|" in line
-    }
+    imported = modules_imported(done.stderr)
     assert "django" in imported  # the listing is really there
     heavy = sorted(name for name in imported if name.split(".")[0] in HEAVY)
     assert heavy == [], f"manage.py check imported {heavy}"
