@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from orchestrator.engine.types import (
@@ -66,12 +67,22 @@ def attempts_to_data(attempts: list[PlanAttempt]) -> list[dict[str, Any]]:
     ]
 
 
+def attempt_from_data(data: dict[str, Any]) -> PlanAttempt:
+    """A stored attempt as the engine's record.
+
+    Stored JSON from older rows or the admin may lack keys (they take the record's defaults)
+    or carry unknown ones (ignored): resuming a run must not fail on either.
+    """
+    known = {f.name: data[f.name] for f in fields(PlanAttempt) if f.name in data}
+    return PlanAttempt(**{"raw": "", **known})
+
+
 def plan_record_from_row(plan: Plan) -> PlanRecord:
     return PlanRecord(
         round=plan.round,
         strategy=plan.strategy,
         messages=list(plan.messages),
-        attempts=[PlanAttempt(**attempt) for attempt in plan.attempts],
+        attempts=[attempt_from_data(attempt) for attempt in plan.attempts],
         workflow=workflow_from_data(plan.workflow),
         error=plan.error,
     )
