@@ -467,13 +467,13 @@ class RunRecorder:
             items.append(
                 (
                     events.RUN_FINISHED,
-                    {
-                        "status": str(status),
-                        "answer": result.answer,
-                        "score": score,
-                        "error": result.error,
-                        "totals": dict(self.totals),
-                    },
+                    _finished_data(
+                        status=status,
+                        answer=result.answer,
+                        score=score,
+                        error=result.error,
+                        totals=dict(self.totals),
+                    ),
                 )
             )
             self._publish(items, last_seq)
@@ -556,12 +556,25 @@ class RecordingObserver:
 
 def finished_event_data(run: Run) -> dict[str, Any]:
     """The payload of ``run.finished`` for a run as stored."""
+    return _finished_data(
+        status=run.status,
+        answer=run.answer,
+        score=run.score,
+        error=run.error,
+        totals=events.totals_data(run),
+    )
+
+
+def _finished_data(
+    *, status: str, answer: str, score: float | None, error: str, totals: dict[str, Any]
+) -> dict[str, Any]:
+    """The ``run.finished`` payload: one shape however the run ended (engine, cancel, failure)."""
     return {
-        "status": str(run.status),
-        "answer": run.answer,
-        "score": run.score,
-        "error": run.error,
-        "totals": events.totals_data(run),
+        "status": str(status),
+        "answer": answer,
+        "score": score,
+        "error": error,
+        "totals": totals,
     }
 
 
