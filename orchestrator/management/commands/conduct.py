@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
+from orchestrator import events
 from orchestrator.engine.strategies import STRATEGIES
 from orchestrator.engine.types import PlanRecord, RunResult, StepRecord
 from orchestrator.models import Pool, Run, Step
@@ -198,14 +199,7 @@ class Command(BaseCommand):
             "reference": run.reference,
             "score": run.score,
             "error": run.error,
-            "totals": {
-                "tokens_in": run.tokens_in,
-                "tokens_out": run.tokens_out,
-                "cost": run.cost,
-                "model_calls": run.model_calls,
-                "wall_time": run.wall_time,
-                "step_count": run.step_count,
-            },
+            "totals": events.totals_data(run),
             "steps": [
                 {
                     "round": step.round,
