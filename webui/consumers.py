@@ -87,7 +87,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         query = self.scope.get("query_string", b"").decode("latin-1")
         for part in query.split("&"):
             name, _, value = part.partition("=")
-            if name == "after" and value.isdigit():
+            # isdigit() alone accepts "²", which int() refuses (the connection would crash).
+            if name == "after" and value.isascii() and value.isdigit():
                 return int(value)
         return None
 

@@ -109,6 +109,19 @@ async def test_after_resumes_without_gaps_or_duplicates(sim_pool, viewer):
     assert arrived == live and arrived["seq"] == 4
 
 
+async def test_an_after_that_is_not_a_plain_number_gets_a_snapshot(sim_pool, viewer):
+    run = await new_run(sim_pool)
+    communicator = communicator_for(run.pk, viewer, query="after=%C2%B2")  # "²"
+    try:
+        connected, _ = await communicator.connect()
+        assert connected
+        first = await communicator.receive_json_from()
+    finally:
+        await communicator.disconnect()
+
+    assert first["type"] == "snapshot" and first["run"] == run.pk
+
+
 async def test_the_snapshot_covers_events_sent_while_connecting(sim_pool, viewer):
     run = await new_run(sim_pool)
     old_event = (await sync_to_async(events.events_after)(run.pk, 0))[0]

@@ -39,7 +39,8 @@ class PagePagination(BasePagination):
         raw = request.query_params.get(name)
         if raw in (None, ""):
             return default
-        if not raw.isdigit() or int(raw) < 1:
+        # isdigit() alone accepts "²", which int() refuses: that was a 500, not a 400.
+        if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
             raise ValidationError({name: ["Give a positive whole number."]})
         value = int(raw)
         return min(value, maximum) if maximum else value

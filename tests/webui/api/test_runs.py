@@ -163,6 +163,14 @@ def test_list_pages(api_as, sim_pool, viewer):
     assert client.get(RUNS_URL, {"page": 0}).status_code == 400
 
 
+@pytest.mark.parametrize("value", ["²", "x", "-1", "1.5"])
+def test_a_page_that_is_not_a_plain_whole_number_is_a_400(api_as, viewer, value):
+    for name in ("page", "page_size"):
+        response = api_as(viewer).get(RUNS_URL, {name: value})
+        assert response.status_code == 400
+        assert name in response.json()
+
+
 def test_detail_has_plans_and_steps(api_as, sim_pool, viewer):
     run = run_create(pool=sim_pool, input=QUESTION, strategy="moa", enqueue=False)
     run_execute(run_id=run.pk)
