@@ -31,12 +31,16 @@ DEBUG = env_flag("DJANGO_DEBUG")
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     if not EMBEDDED:
-        raise ImproperlyConfigured("Set DJANGO_SECRET_KEY: it is required outside the embedded demo.")
+        raise ImproperlyConfigured(
+            "Set DJANGO_SECRET_KEY: it is required outside the embedded demo."
+        )
     SECRET_KEY = "embedded-demo-only-not-secret"
 
 ALLOWED_HOSTS = [
     h.strip()
-    for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver").split(",")
+    for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1],testserver").split(
+        ","
+    )
     if h.strip()
 ]
 CSRF_TRUSTED_ORIGINS = [
