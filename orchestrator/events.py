@@ -34,6 +34,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from orchestrator.models import Plan, Run, RunEvent, Step
+from orchestrator.sql import can_return
 
 logger = logging.getLogger(__name__)
 
@@ -205,9 +206,6 @@ def publish_many(
     Async callers pass a ``deliver`` that queues the events and send them from their own loop
     with ``send_async`` (cheaper than hopping back to the loop for every event). Returns them.
     """
-    for type, _ in items:
-        if type not in EVENT_TYPES:
-            raise ValueError(f"unknown event type {type!r}")
     if not items:
         return []
     with transaction.atomic(savepoint=False):
@@ -268,9 +266,7 @@ def _data_for_db(event: dict[str, Any]) -> Any:
 def _advance_seq(run_id: int, count: int) -> int:
     """Add ``count`` to the run's last_seq and return the new value (one statement where the
     database can return it)."""
-    if connection.vendor == "postgresql" or (
-        connection.vendor == "sqlite" and connection.features.can_return_columns_from_insert
-    ):
+    if can_return():
         table = connection.ops.quote_name(Run._meta.db_table)
         with connection.cursor() as cursor:
             cursor.execute(

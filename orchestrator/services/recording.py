@@ -29,6 +29,7 @@ from orchestrator.engine.grading import extract_answer, grade
 from orchestrator.engine.types import PlanRecord, RunResult, StepRecord
 from orchestrator.models import Plan, Run, Step
 from orchestrator.services.records import access_to_data, attempts_to_data, workflow_to_data
+from orchestrator.sql import can_return
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +48,6 @@ _STEP_MESSAGES = Step._meta.get_field("messages")
 _STEP_READS = Step._meta.get_field("reads")
 
 
-def _can_return() -> bool:
-    """Whether UPDATE ... RETURNING works here (PostgreSQL; SQLite 3.35 and later)."""
-    return connection.vendor == "postgresql" or (
-        connection.vendor == "sqlite" and connection.features.can_return_columns_from_insert
-    )
-
-
 _RUN_RETURNING = ", ".join(("last_seq", *TOTAL_FIELDS))
 
 
@@ -61,7 +55,7 @@ def _update_returning(sql: str, params: list[Any], *, returning: str, id: int) -
     """Run an UPDATE of one run row and read back ``returning`` from it (in the same statement
     where the database can); None if the UPDATE matched no row."""
     with connection.cursor() as cursor:
-        if _can_return():
+        if can_return():
             cursor.execute(f"{sql} RETURNING {returning}", params)
             rows = cursor.fetchall()
             return rows[0] if rows else None
@@ -81,7 +75,7 @@ def _insert(rows: list[Any]) -> None:
     if not rows:
         return
     model = type(rows[0])
-    if not _can_return():
+    if not can_return():
         model.objects.bulk_create(rows)
         return
     fields = [field for field in model._meta.local_concrete_fields if not field.primary_key]
