@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from orchestrator.models import Membership, Pool, Project
@@ -86,3 +88,17 @@ def sent_events(monkeypatch) -> list[dict]:
     monkeypatch.setattr(events, "send", capture)
     monkeypatch.setattr(events, "send_async", capture_async)
     return sent
+
+
+@pytest.fixture
+def code_sandbox() -> None:
+    """For tests that run code in the grading sandbox: skipped with the reason where bubblewrap
+    cannot run, unless CONDUCTOR_REQUIRE_SANDBOX=1 (CI), which makes that a failure."""
+    from orchestrator.engine.sandbox import sandbox_problem
+
+    problem = sandbox_problem()
+    if problem is None:
+        return
+    if os.environ.get("CONDUCTOR_REQUIRE_SANDBOX") == "1":
+        pytest.fail(f"CONDUCTOR_REQUIRE_SANDBOX=1 but {problem}", pytrace=False)
+    pytest.skip(f"the code sandbox cannot run here: {problem}")

@@ -2,27 +2,24 @@
 
 Pure Python. Every grader returns 1.0 (correct) or 0.0 (not), and never raises on what a model
 wrote: a malformed answer is simply wrong. Nothing a model wrote is ever passed to ``eval``; the
-arithmetic of countdown answers goes through the small parser below, and code answers run in a
-separate, isolated Python process with a timeout.
+arithmetic of countdown answers goes through the small parser below, and code answers run in an
+OS-level sandbox (``sandbox.py``) or are not graded at all (``GradingUnavailable``).
 """
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
-import subprocess
-import sys
-import tempfile
 import unicodedata
 from collections import Counter
 from fractions import Fraction
 from typing import Literal, TypeAlias
 
+from orchestrator.engine.sandbox import Limits, SandboxUnavailable, run_python
+
 GraderKind: TypeAlias = Literal["exact", "numeric", "choice", "countdown", "code"]
 GRADER_KINDS: tuple[GraderKind, ...] = ("exact", "numeric", "choice", "countdown", "code")
 
-CODE_TIMEOUT_SECONDS = 10.0
 MAX_EXPRESSION_LENGTH = 300
 
 _ANSWER_LINE = re.compile(r"^[\s>*_#-]*answer[\s*_]*:[\s*_]*(.*?)[\s*_]*$", re.IGNORECASE)
@@ -61,7 +58,8 @@ def grade(answer: str, reference: str, kind: str) -> float:
 
     ``reference`` means, per kind: exact, the expected text (alternatives separated by "|");
     numeric, a number; choice, a letter; countdown, one valid solution expression (its numbers
-    and value define the puzzle); code, Python test code that raises if the answer is wrong.
+    and value define the puzzle); code, Python test code that raises if the answer is wrong,
+    run with the answer in the sandbox (GradingUnavailable when the sandbox cannot run here).
     """
     graders = {
         "exact": _grade_exact,
@@ -275,19 +273,25 @@ def _grade_countdown(answer: str, reference: str) -> bool:
 
 # code --------------------------------------------------------------------------------------------
 
+
+class GradingUnavailable(RuntimeError):
+    """The answer could not be graded on this server (code grading off or no sandbox). Not a
+    wrong answer: the caller records the reason instead of a score."""
+
+
+# Limits of one code grading: a test suite for a short function needs far less.
+CODE_LIMITS = Limits(cpu_seconds=10, wall_seconds=15.0, memory_bytes=512 * 2**20, processes=64)
+
+# Runs inside the sandbox. The nonce comes on stdin (not argv, where the solution would find it
+# at once) and is printed only after every test passed.
 _CODE_RUNNER = """
-import resource, socket, sys
-resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-
-def _no_network(*args, **kwargs):
-    raise OSError("network access is disabled while grading")
-
-socket.socket = _no_network
-socket.create_connection = _no_network
-nonce = sys.argv[1]
-solution = open("solution.py", encoding="utf-8").read()
-tests = open("tests.py", encoding="utf-8").read()
+import sys
+nonce = sys.stdin.readline().strip()
 namespace = {"__name__": "solution"}
+with open("solution.py", encoding="utf-8") as handle:
+    solution = handle.read()
+with open("tests.py", encoding="utf-8") as handle:
+    tests = handle.read()
 exec(compile(solution, "solution.py", "exec"), namespace)
 exec(compile(tests, "tests.py", "exec"), namespace)
 print(nonce)
@@ -296,22 +300,14 @@ print(nonce)
 
 def _grade_code(answer: str, reference: str) -> bool:
     code = last_code_block(answer) or answer
-    nonce = secrets.token_hex(8)
-    with tempfile.TemporaryDirectory(prefix="grade-") as directory:
-        for name, content in (("solution.py", code), ("tests.py", reference)):
-            with open(os.path.join(directory, name), "w", encoding="utf-8") as handle:
-                handle.write(content)
-        try:
-            completed = subprocess.run(
-                [sys.executable, "-I", "-c", _CODE_RUNNER, nonce],
-                cwd=directory,
-                env={"PATH": os.environ.get("PATH", ""), "PYTHONHASHSEED": "0"},
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=CODE_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return False
-    return completed.returncode == 0 and completed.stdout.strip().endswith(nonce)
+    nonce = secrets.token_hex(16)
+    try:
+        outcome = run_python(
+            script=_CODE_RUNNER,
+            files={"solution.py": code, "tests.py": reference},
+            stdin=nonce + "\n",
+            limits=CODE_LIMITS,
+        )
+    except SandboxUnavailable as error:
+        raise GradingUnavailable(str(error)) from error
+    return outcome.ok and outcome.stdout.strip().endswith(nonce)

@@ -1,12 +1,15 @@
+import time
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.engine import grading
+from orchestrator.engine import grading, sandbox
 from orchestrator.engine.grading import (
     ExpressionError,
+    GradingUnavailable,
     evaluate_expression,
     extract_answer,
     grade,
@@ -136,15 +139,16 @@ def test_evaluate_expression_rejects_what_is_not_plain_arithmetic(expression):
 
 
 # code --------------------------------------------------------------------------------------------
+# Code answers run in the sandbox (tests/orchestrator/engine/test_sandbox.py shows what it blocks).
 
 TESTS = "assert add(2, 3) == 5\nassert add(-1, 1) == 0\n"
 
 
-def test_code_passes_when_the_tests_pass():
+def test_code_passes_when_the_tests_pass(code_sandbox):
     assert grade("def add(a, b):\n    return a + b\n", TESTS, "code") == 1.0
 
 
-def test_code_reads_the_last_fenced_block_of_a_reply():
+def test_code_reads_the_last_fenced_block_of_a_reply(code_sandbox):
     reply = "Sure:\n```python\ndef add(a, b):\n    return a + b\n```\nHope it helps."
     assert grade(reply, TESTS, "code") == 1.0
 
@@ -156,30 +160,41 @@ def test_code_reads_the_last_fenced_block_of_a_reply():
         "def add(a, b) return a + b",
         "def plus(a, b):\n    return a + b\n",
         "import sys\nsys.exit(0)\n",
+        "import os\nos._exit(0)\n",
+        "import sys\nprint(sys.argv)\nraise SystemExit(0)\n",
     ],
 )
-def test_code_fails_on_wrong_broken_or_evasive_code(answer):
+def test_code_fails_on_wrong_broken_or_evasive_code(code_sandbox, answer):
     assert grade(answer, TESTS, "code") == 0.0
 
 
-def test_code_that_never_ends_is_stopped_by_the_timeout(monkeypatch):
-    monkeypatch.setattr(grading, "CODE_TIMEOUT_SECONDS", 1.0)
+def test_code_that_never_ends_is_stopped_by_the_time_limit(code_sandbox, monkeypatch):
+    monkeypatch.setattr(grading, "CODE_LIMITS", replace(grading.CODE_LIMITS, wall_seconds=1.0))
+    started = time.monotonic()
     assert grade("while True:\n    pass\n", TESTS, "code") == 0.0
+    assert time.monotonic() - started < 5
 
 
-def test_code_under_test_has_no_network():
+def test_code_under_test_has_no_network(code_sandbox):
     answer = (
         "import socket\n"
         "def probe():\n"
         "    try:\n"
         "        socket.create_connection(('127.0.0.1', 9), timeout=1)\n"
         "    except OSError as error:\n"
-        "        return str(error)\n"
+        "        return 'refused'\n"
         "    return 'connected'\n"
     )
-    assert (
-        grade(answer, "assert probe() == 'network access is disabled while grading'", "code") == 1.0
-    )
+    assert grade(answer, "assert probe() == 'refused'", "code") == 1.0
+
+
+def test_without_the_sandbox_code_is_not_graded_and_not_run(monkeypatch, tmp_path):
+    marker = tmp_path / "ran"
+    monkeypatch.setattr(sandbox, "BWRAP", str(tmp_path / "no-bwrap"))
+    answer = f"open({str(marker)!r}, 'w').write('ran')\ndef add(a, b):\n    return a + b\n"
+    with pytest.raises(GradingUnavailable, match="apt-get install bubblewrap"):
+        grade(answer, TESTS, "code")
+    assert not marker.exists()
 
 
 def test_unknown_grader_kind_is_a_bug_not_a_wrong_answer():
