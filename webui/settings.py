@@ -133,6 +133,12 @@ if CONDUCTOR_EXECUTION == "celery" and not REDIS_URL:
 # The address pages link to (the CLI prints run URLs with it).
 CONDUCTOR_BASE_URL = os.environ.get("CONDUCTOR_BASE_URL", "http://127.0.0.1:8000")
 
+# Code grading runs references and answers in a bubblewrap sandbox, never outside it. "off"
+# refuses code grading outright; "on" grades when the sandbox works here and refuses when not.
+CONDUCTOR_CODE_GRADING = os.environ.get("CONDUCTOR_CODE_GRADING", "on").strip().lower()
+if CONDUCTOR_CODE_GRADING not in {"on", "off"}:
+    raise ImproperlyConfigured("CONDUCTOR_CODE_GRADING must be 'on' or 'off'.")
+
 # Celery: a run is one long task, acknowledged only when it returns (a dead worker's run is
 # delivered again and resumed), and a worker process reserves one run at a time.
 CELERY_BROKER_URL = REDIS_URL or "memory://"

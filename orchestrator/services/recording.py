@@ -21,11 +21,13 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from orchestrator import events
-from orchestrator.engine.grading import extract_answer, grade
+from orchestrator.engine.grading import GradingUnavailable, extract_answer, grade
+from orchestrator.engine.sandbox import sandbox_problem
 from orchestrator.engine.types import PlanRecord, RunResult, StepRecord
 from orchestrator.models import Plan, Run, Step
 from orchestrator.services.records import access_to_data, attempts_to_data, workflow_to_data
@@ -112,8 +114,24 @@ class RunCancelled(Exception):
     """The run was cancelled while it executed; execution stops without writing more."""
 
 
+CODE_GRADING_OFF = "Code grading is turned off on this server (CONDUCTOR_CODE_GRADING=off)."
+
+
+def code_grading_problem() -> str | None:
+    """Why code references cannot be graded on this server (turned off, or no sandbox), said so
+    that an operator knows what to do; None when they can."""
+    if settings.CONDUCTOR_CODE_GRADING == "off":
+        return CODE_GRADING_OFF
+    return sandbox_problem()
+
+
 def grade_answer(*, answer: str, reference: str, grader: str) -> float:
-    """The score of a final answer against a reference under ``grader``."""
+    """The score of a final answer against a reference under ``grader``.
+
+    Raises GradingUnavailable when a code answer cannot be graded here: it is never run outside
+    the sandbox, and a refusal is not a wrong answer."""
+    if grader == "code" and settings.CONDUCTOR_CODE_GRADING == "off":
+        raise GradingUnavailable(CODE_GRADING_OFF)
     return grade(extract_answer(answer, kind=grader), reference, grader)
 
 
@@ -414,9 +432,13 @@ class RunRecorder:
             data = {"step": events.step_data(row), "totals": dict(self.totals)}
             self._publish([(event_type, data)], last_seq)
 
-    def run_finished(self, result: RunResult, score: float | None) -> None:
+    def run_finished(
+        self, result: RunResult, score: float | None, grading_error: str = ""
+    ) -> None:
         """Store how the run ended: plans never announced (accepting or unusable ones), the
-        answer, score, error and the engine's final totals. A run already finished is kept."""
+        answer, score, error (or why the answer was not graded) and the engine's final totals.
+        A run already finished is kept."""
+        error = result.error or grading_error
         plan_rows = self._new_plan_rows(result.plans)  # their calls are in the totals below
         totals = result.totals
         status = Run.Status.SUCCEEDED if result.status == "succeeded" else Run.Status.FAILED
@@ -424,7 +446,7 @@ class RunRecorder:
         assignments = {
             "status": str(status),
             "answer": result.answer,
-            "error": result.error,
+            "error": error,
             "score": score,
             "tokens_in": totals.tokens_in,
             "tokens_out": totals.tokens_out,
@@ -465,7 +487,7 @@ class RunRecorder:
                         status=status,
                         answer=result.answer,
                         score=score,
-                        error=result.error,
+                        error=error,
                         totals=dict(self.totals),
                     ),
                 )
@@ -539,13 +561,16 @@ class RecordingObserver:
         await self._call(self.recorder.step_result, step)
 
     async def run_finished(self, result: RunResult) -> None:
-        score = None
+        score, grading_error = None, ""
         if self.reference and result.status == "succeeded":
-            # Grading code answers runs a subprocess: keep it off the database thread.
-            score = await sync_to_async(grade_answer, thread_sensitive=False)(
-                answer=result.answer, reference=self.reference, grader=self.grader
-            )
-        await self._call(self.recorder.run_finished, result, score)
+            # Grading code answers runs a sandbox process: keep it off the database thread.
+            try:
+                score = await sync_to_async(grade_answer, thread_sensitive=False)(
+                    answer=result.answer, reference=self.reference, grader=self.grader
+                )
+            except GradingUnavailable as error:
+                grading_error = f"Not graded: {error}"
+        await self._call(self.recorder.run_finished, result, score, grading_error)
 
 
 def finished_event_data(run: Run) -> dict[str, Any]:

@@ -28,12 +28,13 @@ from orchestrator.engine.types import (
     StepRecord,
     WorkerInfo,
 )
-from orchestrator.models import Plan, Pool, Run, Step, Worker
-from orchestrator.selectors import user_can_run
+from orchestrator.models import Membership, Plan, Pool, Run, Step, Worker
+from orchestrator.selectors import user_can_run, user_role
 from orchestrator.services.recording import (
     TOTAL_FIELDS,
     RecordingObserver,
     RunCancelled,
+    code_grading_problem,
     finished_event_data,
     record_run_failed,
 )
@@ -62,13 +63,23 @@ def run_create(
     """Create a queued run of ``input`` on ``pool`` and, once committed, start executing it.
 
     ``created_by`` (a user, or None for the CLI) must be an admin or reviewer of the pool's
-    project (PermissionDenied otherwise). Raises ValidationError keyed by field (input, strategy,
-    strategy_options, pool, grader) for bad input. With no ``grader`` but a reference, the grader
+    project, and an admin to set a ``code`` grader, whose reference runs as code
+    (PermissionDenied otherwise). Raises ValidationError keyed by field (input, strategy,
+    strategy_options, pool, grader) for bad input, and on ``grader`` when code grading is off or
+    its sandbox cannot run here. With no ``grader`` but a reference, the grader
     is chosen from the reference's form (a number: numeric; a letter: choice; else exact).
     Publishes ``run.status`` queued. ``enqueue=False`` leaves execution to the caller (the CLI).
     """
     if created_by is not None and not user_can_run(user=created_by, project=pool.project_id):
         raise PermissionDenied("Only admins and reviewers of the project may start runs.")
+    if (
+        (grader or "").strip() == "code"
+        and created_by is not None
+        and user_role(user=created_by, project=pool.project_id) != Membership.Role.ADMIN
+    ):
+        raise PermissionDenied(
+            "Only admins of the project may set a code grader: its reference runs as code."
+        )
     options = dict(strategy_options or {})
     reference = (reference or "").strip()
     grader = (grader or "").strip()
@@ -93,6 +104,10 @@ def run_create(
                 errors["strategy_options"] = [problem]
     if grader and grader not in GRADER_KINDS:
         errors["grader"] = [f'Unknown grader "{grader}". Choose one of: {", ".join(GRADER_KINDS)}.']
+    elif grader == "code" and reference:
+        problem = code_grading_problem()
+        if problem:
+            errors["grader"] = [problem]
     if errors:
         raise ValidationError(errors)
     if reference and not grader:

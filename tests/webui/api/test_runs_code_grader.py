@@ -1,0 +1,57 @@
+"""POST /api/runs/ with a code grader: only project admins may set one, and a server that cannot
+grade code says so before the run starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.models import Run
+from orchestrator.providers.simulator import load_suite
+from orchestrator.services import execution
+
+RUNS_URL = "/api/runs/"
+CODE_TASK = next(task for task in load_suite() if task.grader == "code")
+
+
+@pytest.fixture
+def enqueued(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    monkeypatch.setattr(execution, "run_enqueue", lambda *, run_id: calls.append(run_id))
+    return calls
+
+
+def payload(pool) -> dict:
+    return {
+        "input": CODE_TASK.question,
+        "pool": pool.pk,
+        "reference": CODE_TASK.reference,
+        "grader": "code",
+    }
+
+
+def test_a_reviewer_gets_a_403_that_says_who_may(api_as, sim_pool, reviewer, enqueued):
+    response = api_as(reviewer).post(RUNS_URL, payload(sim_pool), format="json")
+    assert response.status_code == 403
+    assert "Only admins of the project may set a code grader" in response.json()["detail"]
+    assert not Run.objects.exists() and enqueued == []
+
+
+def test_a_project_admin_and_a_superuser_may(
+    code_sandbox, api_as, sim_pool, project_admin, superuser, enqueued
+):
+    for user in (project_admin, superuser):
+        response = api_as(user).post(RUNS_URL, payload(sim_pool), format="json")
+        assert response.status_code == 201, response.json()
+    assert list(Run.objects.values_list("grader", flat=True)) == ["code", "code"]
+
+
+def test_code_grading_turned_off_is_a_400_on_the_grader(
+    api_as, sim_pool, project_admin, enqueued, settings
+):
+    settings.CONDUCTOR_CODE_GRADING = "off"
+    response = api_as(project_admin).post(RUNS_URL, payload(sim_pool), format="json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "grader": ["Code grading is turned off on this server (CONDUCTOR_CODE_GRADING=off)."]
+    }
+    assert not Run.objects.exists()
