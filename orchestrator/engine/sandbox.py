@@ -136,6 +136,10 @@ def run_python(
             "--unshare-all",
             "--unshare-user",
             "--disable-userns",
+            # The program is the first process of its pid namespace, a child of bwrap, which
+            # reaps it; a separate init would be reaped by the machine's init, and its zombies
+            # would count against the process limit of the sandbox user until then.
+            "--as-pid-1",
             "--die-with-parent",
             "--new-session",
             "--clearenv",
@@ -281,8 +285,8 @@ def _supervise(process: subprocess.Popen[bytes], *, stdin: str, limits: Limits) 
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:
-    """Kill bwrap's process group. Its child dies with it (--die-with-parent) and with that
-    child, the first process of the sandbox's pid namespace, the kernel kills every other one."""
+    """Kill bwrap's process group. Its child, the program, dies with it (--die-with-parent), and
+    as that is the first process of the sandbox's pid namespace the kernel kills every other."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:

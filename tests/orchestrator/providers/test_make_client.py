@@ -62,7 +62,7 @@ def test_the_demo_pool_is_labelled_simulated_and_varied():
     assert all(w.params["latency"] == 0 for w in demo_pool(latency=0).workers)
 
 
-async def test_the_demo_pool_answers_suite_questions_end_to_end_through_the_conductor():
+async def test_the_demo_pool_answers_suite_questions_end_to_end_through_the_conductor(code_sandbox):
     pool = demo_pool(latency=0)
     workers = [
         WorkerInfo(

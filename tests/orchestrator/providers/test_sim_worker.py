@@ -122,7 +122,7 @@ def test_a_verifier_that_sees_the_solution_beats_one_that_does_not():
     assert seen - unseen >= 0.12, (seen, unseen)
 
 
-def test_a_coder_that_sees_a_sound_plan_does_better():
+def test_a_coder_that_sees_a_sound_plan_does_better(code_sandbox):
     planner, coder = worker("planner", 0.9), worker("coder", 0.4)
     plan_steps = [
         ("Outline the approach; no code yet.", ()),

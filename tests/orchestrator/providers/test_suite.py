@@ -65,7 +65,7 @@ def _grades(task):
     )
 
 
-def test_every_reference_answer_grades_right_and_every_mistake_grades_wrong():
+def test_every_reference_answer_grades_right_and_every_mistake_grades_wrong(code_sandbox):
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(_grades, load_suite()))
     assert [r[0] for r in results if r[1] != 1.0] == [], "reference solutions that fail"
