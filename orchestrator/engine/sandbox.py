@@ -125,11 +125,13 @@ def run_python(
         for name, content in {"main.py": script, **(files or {})}.items():
             if "/" in name or name in ("", ".", ".."):
                 raise ValueError(f"sandbox file names are plain names, not {name!r}")
-            fd = os.memfd_create(f"sandbox-{name}")
+            fd = _memory_file(f"sandbox-{name}", content)
             data_fds.append(fd)
-            os.write(fd, content.encode("utf-8"))
-            os.lseek(fd, 0, os.SEEK_SET)
             mounts += ["--ro-bind-data", str(fd), f"{WORKDIR}/{name}"]
+        # Standard input is a file in memory, not a pipe: a program that never reads it cannot
+        # block the writer.
+        stdin_fd = _memory_file("sandbox-stdin", stdin)
+        data_fds.append(stdin_fd)
         command = [
             *_prlimit_args(limits),
             BWRAP,
@@ -163,7 +165,7 @@ def run_python(
         try:
             process = subprocess.Popen(
                 command,
-                stdin=subprocess.PIPE,
+                stdin=stdin_fd,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env={},
@@ -180,7 +182,7 @@ def run_python(
             ) from error
         os.close(info_write)
         info_write = -1
-        outcome = _supervise(process, stdin=stdin, limits=limits)
+        outcome = _supervise(process, limits=limits)
         started = _read_all(info_read)
     finally:
         for fd in (*data_fds, info_read, info_write):
@@ -226,18 +228,22 @@ def _usr_merged_links() -> list[str]:
     return links
 
 
-def _supervise(process: subprocess.Popen[bytes], *, stdin: str, limits: Limits) -> Outcome:
-    """Feed stdin, read both outputs up to the cap, and kill the whole sandbox at the wall limit
-    or past the output cap. Memory held here is bounded by the cap whatever the program prints."""
+def _memory_file(name: str, content: str) -> int:
+    """A file descriptor of an anonymous in-memory file holding ``content``, read from the start."""
+    fd = os.memfd_create(name)
+    data = memoryview(content.encode("utf-8"))
+    while data:
+        data = data[os.write(fd, data) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _supervise(process: subprocess.Popen[bytes], *, limits: Limits) -> Outcome:
+    """Read both outputs up to the cap, and kill the whole sandbox at the wall limit or past the
+    output cap. Memory held here is bounded by the cap whatever the program prints."""
     started = time.monotonic()
     deadline = started + limits.wall_seconds
-    assert process.stdin and process.stdout and process.stderr
-    try:
-        if stdin:
-            process.stdin.write(stdin.encode("utf-8"))
-        process.stdin.close()
-    except BrokenPipeError:
-        pass
+    assert process.stdout and process.stderr
     buffers = {process.stdout: bytearray(), process.stderr: bytearray()}
     timed_out = exceeded = False
     with selectors.DefaultSelector() as selector:

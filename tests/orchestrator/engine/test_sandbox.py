@@ -330,6 +330,11 @@ def test_printing_gigabytes_is_cut_at_the_output_limit_without_filling_memory(st
     assert_nothing_left_running()
 
 
+def test_a_large_input_the_program_never_reads_does_not_block_the_caller():
+    outcome = run_python(script="print('done')", stdin="x" * 8 * 2**20, limits=Limits())
+    assert outcome.ok and outcome.stdout == "done\n" and outcome.wall_time < 5
+
+
 def test_a_missing_bwrap_refuses_and_says_how_to_enable_it(monkeypatch, tmp_path):
     marker = tmp_path / "ran"
     monkeypatch.setattr(sandbox, "BWRAP", str(tmp_path / "bwrap"))

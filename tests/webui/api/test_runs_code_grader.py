@@ -8,6 +8,7 @@ import pytest
 from orchestrator.models import Run
 from orchestrator.providers.simulator import load_suite
 from orchestrator.services import execution
+from orchestrator.services.runs import run_create, run_execute
 
 RUNS_URL = "/api/runs/"
 CODE_TASK = next(task for task in load_suite() if task.grader == "code")
@@ -55,3 +56,30 @@ def test_code_grading_turned_off_is_a_400_on_the_grader(
         "grader": ["Code grading is turned off on this server (CONDUCTOR_CODE_GRADING=off)."]
     }
     assert not Run.objects.exists()
+
+
+def test_a_run_that_could_not_be_graded_says_why_in_the_api_and_on_its_page(
+    code_sandbox, api_as, client, sim_pool, project_admin, settings,
+    django_capture_on_commit_callbacks,
+):  # fmt: skip
+    run = run_create(
+        pool=sim_pool,
+        input=CODE_TASK.question,
+        strategy="single",
+        reference=CODE_TASK.reference,
+        grader="code",
+        created_by=project_admin,
+        enqueue=False,
+    )
+    settings.CONDUCTOR_CODE_GRADING = "off"
+    with django_capture_on_commit_callbacks(execute=True):
+        run_execute(run_id=run.pk)
+    reason = "Not graded: Code grading is turned off on this server (CONDUCTOR_CODE_GRADING=off)."
+
+    body = api_as(project_admin).get(f"{RUNS_URL}{run.pk}/").json()
+    assert body["status"] == "succeeded" and body["answer"]
+    assert body["score"] is None and body["error"] == reason
+
+    client.force_login(project_admin)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert reason in page
