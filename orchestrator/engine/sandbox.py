@@ -182,8 +182,7 @@ def run_python(
             ) from error
         os.close(info_write)
         info_write = -1
-        outcome = _supervise(process, limits=limits)
-        started = _read_all(info_read)
+        outcome, started = _supervise(process, info_fd=info_read, limits=limits)
     finally:
         for fd in (*data_fds, info_read, info_write):
             if fd >= 0:
@@ -238,84 +237,103 @@ def _memory_file(name: str, content: str) -> int:
     return fd
 
 
-def _supervise(process: subprocess.Popen[bytes], *, limits: Limits) -> Outcome:
+def _supervise(
+    process: subprocess.Popen[bytes], *, info_fd: int, limits: Limits
+) -> tuple[Outcome, bytes]:
     """Read both outputs up to the cap, and kill the whole sandbox at the wall limit or past the
-    output cap. Memory held here is bounded by the cap whatever the program prints."""
+    output cap. Memory held here is bounded by the cap whatever the program prints. Returns how
+    the program ended and what bwrap reported on ``info_fd`` (the program's pid, once started)."""
     started = time.monotonic()
     deadline = started + limits.wall_seconds
     assert process.stdout and process.stderr
-    buffers = {process.stdout: bytearray(), process.stderr: bytearray()}
+    out, err = process.stdout.fileno(), process.stderr.fileno()
+    buffers = {out: bytearray(), err: bytearray(), info_fd: bytearray()}
+    caps = {out: limits.output_bytes, err: limits.output_bytes, info_fd: 4096}
     timed_out = exceeded = False
     with selectors.DefaultSelector() as selector:
-        for stream in buffers:
-            os.set_blocking(stream.fileno(), False)
-            selector.register(stream, selectors.EVENT_READ)
+        for fd in buffers:
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ)
         while selector.get_map():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
             for key, _ in selector.select(timeout=remaining):
-                stream = key.fileobj
-                chunk = os.read(stream.fileno(), 65536)  # type: ignore[union-attr]
+                fd = key.fd
+                chunk = os.read(fd, 65536)
                 if not chunk:
-                    selector.unregister(stream)
+                    selector.unregister(fd)
                     continue
-                buffer = buffers[stream]  # type: ignore[index]
-                room = limits.output_bytes - len(buffer)
-                buffer += chunk[:room]
-                exceeded = exceeded or len(chunk) > room
+                room = caps[fd] - len(buffers[fd])
+                buffers[fd] += chunk[:room]
+                exceeded = exceeded or (fd != info_fd and len(chunk) > room)
             if exceeded:
                 break
+    if not (timed_out or exceeded):
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
     if timed_out or exceeded:
-        _kill(process)
-    try:
-        exit_code: int | None = process.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill(process)
-        process.wait()
-        exit_code = None
-    if timed_out or exceeded:
-        exit_code = None
-    for stream in buffers:
-        stream.close()
-    return Outcome(
-        exit_code=exit_code,
-        stdout=buffers[process.stdout].decode("utf-8", errors="replace"),
-        stderr=buffers[process.stderr].decode("utf-8", errors="replace"),
+        buffers[info_fd] += _read_available(info_fd)
+        _kill(process, program_pid=_program_pid(bytes(buffers[info_fd])))
+    process.stdout.close()
+    process.stderr.close()
+    outcome = Outcome(
+        exit_code=None if timed_out or exceeded else process.returncode,
+        stdout=buffers[out].decode("utf-8", errors="replace"),
+        stderr=buffers[err].decode("utf-8", errors="replace"),
         timed_out=timed_out,
         output_exceeded=exceeded,
         wall_time=time.monotonic() - started,
     )
+    return outcome, bytes(buffers[info_fd])
 
 
-def _kill(process: subprocess.Popen[bytes]) -> None:
-    """Kill bwrap's process group. Its child, the program, dies with it (--die-with-parent), and
-    as that is the first process of the sandbox's pid namespace the kernel kills every other."""
+def _kill(process: subprocess.Popen[bytes], *, program_pid: int | None) -> None:
+    """Kill the sandbox and reap it before returning.
+
+    The program is the first process of the sandbox's pid namespace: killing it makes the kernel
+    kill every other process in there, and bwrap, its parent, reaps it and exits. Should bwrap
+    not exit, its process group is killed too (the program then dies by --die-with-parent)."""
+    if program_pid is not None:
+        try:
+            os.kill(program_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            process.wait(timeout=2)
+            return
+        except subprocess.TimeoutExpired:
+            pass
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    process.wait()
 
 
-def _read_all(fd: int) -> bytes:
-    chunks = []
-    os.set_blocking(fd, False)
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except BlockingIOError:
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _read_available(fd: int) -> bytes:
+    try:
+        return os.read(fd, 4096)
+    except BlockingIOError:
+        return b""
+
+
+def _info(info: bytes) -> dict:
+    try:
+        data = json.loads(info.decode("utf-8") or "{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _program_pid(info: bytes) -> int | None:
+    pid = _info(info).get("child-pid")
+    return pid if isinstance(pid, int) and pid > 1 else None
 
 
 def _sandbox_started(info: bytes) -> bool:
     """Whether bwrap got as far as starting the program (it reports the child's pid when so)."""
-    try:
-        return "child-pid" in json.loads(info.decode("utf-8") or "{}")
-    except ValueError:
-        return False
+    return _program_pid(info) is not None
