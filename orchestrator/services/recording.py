@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from orchestrator import events
 from orchestrator.engine.grading import extract_answer, grade
+from orchestrator.engine.scheduler import end_reason
 from orchestrator.engine.types import PlanRecord, RunResult, StepRecord
 from orchestrator.models import Plan, Run, Step
 from orchestrator.services.records import access_to_data, attempts_to_data, workflow_to_data
@@ -108,7 +109,12 @@ def _db_datetime(value: Any) -> Any:
     return connection.ops.adapt_datetimefield_value(value)
 
 
-class RunCancelled(Exception):
+class RunClosed(Exception):
+    """The run finished elsewhere while it executed (cancelled, or failed by another process):
+    execution stops without writing more, so nothing follows the run's ``run.finished``."""
+
+
+class RunCancelled(RunClosed):
     """The run was cancelled while it executed; execution stops without writing more."""
 
 
@@ -158,7 +164,13 @@ class RunRecorder:
         events.store_events(self.run_id, items, last_seq=last_seq, deliver=self.deliver)
 
     def _run_status(self) -> str:
-        """The run's stored status (row-locked where the database can); raises if cancelled."""
+        """The run's stored status (row-locked where the database can); raises RunClosed if the
+        run has finished (RunCancelled if it was cancelled).
+
+        Every callback calls it first: with the run row locked before any step row, a callback
+        and ``run_cancel`` (which locks the run, then closes its steps) never deadlock, and
+        nothing is stored for a run whose ``run.finished`` is.
+        """
         lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT status FROM {RUN_TABLE} WHERE id = %s{lock}", [self.run_id])
@@ -167,6 +179,8 @@ class RunRecorder:
             raise Run.DoesNotExist(f"run {self.run_id} does not exist")
         if row[0] == Run.Status.CANCELLED:
             raise RunCancelled(f"run {self.run_id} was cancelled")
+        if row[0] in Run.FINISHED:
+            raise RunClosed(f"run {self.run_id} has finished ({row[0]})")
         return row[0]
 
     def _advance_run(
@@ -195,8 +209,7 @@ class RunRecorder:
             event_count + moving, add, move_to if moving else None, check_cancelled
         )
         if row is None and (moving or check_cancelled):
-            # The status condition failed: cancelled (raise), or finished (then no move, as the
-            # run ended elsewhere; the callback is still stored).
+            # The status condition failed: the run finished elsewhere (this raises).
             self._run_status()
             moving = False
             row = self._update_run(event_count, add, None, False)
@@ -276,6 +289,7 @@ class RunRecorder:
     def planning(self, round: int) -> None:
         """The strategy is about to write the workflow of ``round``."""
         with transaction.atomic():
+            self.status = self._run_status()
             last_seq, moved = self._advance_run(event_count=0, move_to=Run.Status.PLANNING)
             if moved:
                 self._publish([(events.RUN_STATUS, {"status": str(Run.Status.PLANNING)})], last_seq)
@@ -302,6 +316,7 @@ class RunRecorder:
         if new_steps:
             usage["step_count"] = len(new_steps)
         with transaction.atomic():
+            self.status = self._run_status()
             last_seq, _ = self._advance_run(event_count=len(plan_rows) + len(new_steps), add=usage)
             items = self._store_plans(plan_rows)
             if new_steps:
@@ -332,6 +347,7 @@ class RunRecorder:
         messages = list(record.messages)
         started_at = timezone.now()
         with transaction.atomic():
+            self.status = self._run_status()
             written = False
             if row.status != Step.Status.SUCCEEDED:  # a stored result is kept
                 with connection.cursor() as cursor:
@@ -394,13 +410,15 @@ class RunRecorder:
             str(Step.Status.FAILED),
         ]
         with transaction.atomic():
+            # A result that arrives after the run finished (a cancel while the step ran) is
+            # dropped: the step already ended as cancelled, and run.finished is the last event.
+            self.status = self._run_status()
             with connection.cursor() as cursor:
                 cursor.execute(_STEP_RESULT_SQL, params)
                 if cursor.rowcount != 1:
                     return
             last_seq, _ = self._advance_run(
                 event_count=1,
-                check_cancelled=False,
                 add={
                     "tokens_in": record.tokens_in,
                     "tokens_out": record.tokens_out,
@@ -416,7 +434,8 @@ class RunRecorder:
 
     def run_finished(self, result: RunResult, score: float | None) -> None:
         """Store how the run ended: plans never announced (accepting or unusable ones), the
-        answer, score, error and the engine's final totals. A run already finished is kept."""
+        answer, score, error and the engine's final totals; steps it never started end skipped.
+        A run already finished is kept."""
         plan_rows = self._new_plan_rows(result.plans)  # their calls are in the totals below
         totals = result.totals
         status = Run.Status.SUCCEEDED if result.status == "succeeded" else Run.Status.FAILED
@@ -449,6 +468,9 @@ class RunRecorder:
                 return
             last_seq, step_count = row
             self.status = status
+            closed = close_open_steps(
+                run_id=self.run_id, why=run_end_reason(status, result.error), at=finished_at
+            )
             items = self._store_plans(plan_rows)
             self.totals.update(
                 tokens_in=totals.tokens_in,
@@ -467,6 +489,8 @@ class RunRecorder:
                         score=score,
                         error=result.error,
                         totals=dict(self.totals),
+                        finished_at=finished_at,
+                        closed_steps=closed,
                     ),
                 )
             )
@@ -548,19 +572,31 @@ class RecordingObserver:
         await self._call(self.recorder.run_finished, result, score)
 
 
-def finished_event_data(run: Run) -> dict[str, Any]:
-    """The payload of ``run.finished`` for a run as stored."""
+def finished_event_data(
+    run: Run, closed_steps: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The payload of ``run.finished`` for a run as stored; ``closed_steps`` as returned by
+    ``close_open_steps`` when the run was just ended."""
     return _finished_data(
         status=run.status,
         answer=run.answer,
         score=run.score,
         error=run.error,
         totals=events.totals_data(run),
+        finished_at=run.finished_at,
+        closed_steps=closed_steps or {},
     )
 
 
 def _finished_data(
-    *, status: str, answer: str, score: float | None, error: str, totals: dict[str, Any]
+    *,
+    status: str,
+    answer: str,
+    score: float | None,
+    error: str,
+    totals: dict[str, Any],
+    finished_at: Any,
+    closed_steps: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """The ``run.finished`` payload: one shape however the run ended (engine, cancel, failure)."""
     return {
@@ -569,7 +605,45 @@ def _finished_data(
         "score": score,
         "error": error,
         "totals": totals,
+        "finished_at": finished_at.isoformat() if finished_at else None,
+        "closed_steps": closed_steps,
     }
+
+
+def run_end_reason(status: str, error: str = "") -> str:
+    """How a run ended, as the steps it closed tell it."""
+    if status == Run.Status.CANCELLED:
+        return "the run was cancelled"
+    if status == Run.Status.FAILED:
+        return f"the run failed: {error}" if error else "the run failed"
+    return "the run ended before this step started"
+
+
+def close_open_steps(*, run_id: int, why: str, at: Any) -> dict[str, dict[str, Any]]:
+    """End every step of a finishing run that is still pending or running: a running step ends
+    ``cancelled``, a pending one ``skipped``, each with an error that says ``why``.
+
+    Call it in the transaction that finishes the run, with the run row locked (the recorder
+    locks it before any step row, so this order never deadlocks). Returns the ``closed_steps``
+    of ``run.finished``: ``{status: {"ids": [...], "error": "..."}}`` for each status used.
+    """
+    open_steps = Step.objects.filter(run_id=run_id, status__in=Step.OPEN)
+    ids: dict[str, list[int]] = {}
+    for step_id, status in open_steps.order_by("round", "index").values_list("id", "status"):
+        ids.setdefault(str(status), []).append(step_id)
+    closed: dict[str, dict[str, Any]] = {}
+    for open_status, end_status in (
+        (Step.Status.RUNNING, Step.Status.CANCELLED),
+        (Step.Status.PENDING, Step.Status.SKIPPED),
+    ):
+        if str(open_status) not in ids:
+            continue
+        error = end_reason(str(end_status), why)
+        Step.objects.filter(run_id=run_id, status=open_status).update(
+            status=end_status, error=error, finished_at=at
+        )
+        closed[str(end_status)] = {"ids": ids[str(open_status)], "error": error}
+    return closed
 
 
 def record_run_failed(*, run_id: int, error: str) -> None:
@@ -582,4 +656,7 @@ def record_run_failed(*, run_id: int, error: str) -> None:
         run.error = error
         run.finished_at = timezone.now()
         run.save(update_fields=["status", "error", "finished_at"])
-        events.publish(run_id, events.RUN_FINISHED, finished_event_data(run))
+        closed = close_open_steps(
+            run_id=run_id, why=run_end_reason(run.status, error), at=run.finished_at
+        )
+        events.publish(run_id, events.RUN_FINISHED, finished_event_data(run, closed))
