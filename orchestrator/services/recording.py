@@ -165,12 +165,7 @@ class RunRecorder:
 
     def _run_status(self) -> str:
         """The run's stored status (row-locked where the database can); raises RunClosed if the
-        run has finished (RunCancelled if it was cancelled).
-
-        Every callback calls it first: with the run row locked before any step row, a callback
-        and ``run_cancel`` (which locks the run, then closes its steps) never deadlock, and
-        nothing is stored for a run whose ``run.finished`` is.
-        """
+        run has finished (RunCancelled if it was cancelled)."""
         lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT status FROM {RUN_TABLE} WHERE id = %s{lock}", [self.run_id])
@@ -194,8 +189,8 @@ class RunRecorder:
         """One UPDATE of the run row: take ``event_count`` seqs (one more if the run moves to
         ``move_to``), add ``add`` to the totals, move the status; read back the totals.
 
-        Raises RunCancelled (rolling the callback back) if ``check_cancelled`` and the run was
-        cancelled. A run that is not moved (already there, or finished) gets no status event.
+        Raises RunClosed (rolling the callback back) if ``check_cancelled`` and the run has
+        finished (RunCancelled if it was cancelled). A run not moved gets no status event.
         Returns the run's new last_seq and whether it moved (the caller then announces it).
         """
         add = add or {}
@@ -235,10 +230,9 @@ class RunRecorder:
         where = "id = %s"
         params.append(self.run_id)
         if conditional:
-            # Moving needs a live run; storing a callback only a run that was not cancelled.
-            closed = Run.FINISHED if move_to is not None else (Run.Status.CANCELLED,)
-            where += f" AND status NOT IN ({', '.join(['%s'] * len(closed))})"
-            params += [str(status) for status in closed]
+            # Nothing is stored for a finished run: its run.finished stays its last event.
+            where += f" AND status NOT IN ({', '.join(['%s'] * len(Run.FINISHED))})"
+            params += [str(status) for status in Run.FINISHED]
         sql = f"UPDATE {RUN_TABLE} SET {', '.join(assignments)} WHERE {where}"
         return _update_returning(sql, params, returning=_RUN_RETURNING, id=self.run_id)
 
@@ -289,7 +283,6 @@ class RunRecorder:
     def planning(self, round: int) -> None:
         """The strategy is about to write the workflow of ``round``."""
         with transaction.atomic():
-            self.status = self._run_status()
             last_seq, moved = self._advance_run(event_count=0, move_to=Run.Status.PLANNING)
             if moved:
                 self._publish([(events.RUN_STATUS, {"status": str(Run.Status.PLANNING)})], last_seq)
@@ -316,7 +309,6 @@ class RunRecorder:
         if new_steps:
             usage["step_count"] = len(new_steps)
         with transaction.atomic():
-            self.status = self._run_status()
             last_seq, _ = self._advance_run(event_count=len(plan_rows) + len(new_steps), add=usage)
             items = self._store_plans(plan_rows)
             if new_steps:
@@ -347,7 +339,6 @@ class RunRecorder:
         messages = list(record.messages)
         started_at = timezone.now()
         with transaction.atomic():
-            self.status = self._run_status()
             written = False
             if row.status != Step.Status.SUCCEEDED:  # a stored result is kept
                 with connection.cursor() as cursor:
@@ -410,13 +401,13 @@ class RunRecorder:
             str(Step.Status.FAILED),
         ]
         with transaction.atomic():
-            # A result that arrives after the run finished (a cancel while the step ran) is
-            # dropped: the step already ended as cancelled, and run.finished is the last event.
-            self.status = self._run_status()
             with connection.cursor() as cursor:
                 cursor.execute(_STEP_RESULT_SQL, params)
                 if cursor.rowcount != 1:
                     return
+            # Checks the run is still going: a result that arrives after the run finished (a
+            # cancel while the step ran) is rolled back, as the step ended cancelled and
+            # run.finished must stay the run's last event.
             last_seq, _ = self._advance_run(
                 event_count=1,
                 add={
@@ -463,13 +454,17 @@ class RunRecorder:
             *finished,
         ]  # fmt: skip
         with transaction.atomic():
+            open_steps = lock_open_steps(run_id=self.run_id)
             row = _update_returning(sql, params, returning="last_seq, step_count", id=self.run_id)
             if row is None:
                 return
             last_seq, step_count = row
             self.status = status
             closed = close_open_steps(
-                run_id=self.run_id, why=run_end_reason(status, result.error), at=finished_at
+                run_id=self.run_id,
+                open_steps=open_steps,
+                why=run_end_reason(status, result.error),
+                at=finished_at,
             )
             items = self._store_plans(plan_rows)
             self.totals.update(
@@ -619,18 +614,30 @@ def run_end_reason(status: str, error: str = "") -> str:
     return "the run ended before this step started"
 
 
-def close_open_steps(*, run_id: int, why: str, at: Any) -> dict[str, dict[str, Any]]:
-    """End every step of a finishing run that is still pending or running: a running step ends
-    ``cancelled``, a pending one ``skipped``, each with an error that says ``why``.
+def lock_open_steps(*, run_id: int) -> list[tuple[int, str]]:
+    """(id, status) of the run's pending and running steps, row-locked where the database can.
 
-    Call it in the transaction that finishes the run, with the run row locked (the recorder
-    locks it before any step row, so this order never deadlocks). Returns the ``closed_steps``
-    of ``run.finished``: ``{status: {"ids": [...], "error": "..."}}`` for each status used.
+    Whatever finishes a run calls this first, before it locks the run row: the recorder's
+    callbacks lock a step row and then the run row, so taking them in the same order never
+    deadlocks. A step whose result commits meanwhile is no longer open and keeps its result.
     """
-    open_steps = Step.objects.filter(run_id=run_id, status__in=Step.OPEN)
+    steps = Step.objects.filter(run_id=run_id, status__in=Step.OPEN).order_by("round", "index")
+    if connection.features.has_select_for_update:
+        steps = steps.select_for_update()
+    return [(step_id, str(status)) for step_id, status in steps.values_list("id", "status")]
+
+
+def close_open_steps(
+    *, run_id: int, open_steps: Sequence[tuple[int, str]], why: str, at: Any
+) -> dict[str, dict[str, Any]]:
+    """End the steps ``lock_open_steps`` returned, in the transaction that finishes the run: a
+    running step ends ``cancelled``, a pending one ``skipped``, each with an error that says
+    ``why``. Returns the ``closed_steps`` of ``run.finished``: ``{status: {"ids": [...],
+    "error": "..."}}`` for each status used.
+    """
     ids: dict[str, list[int]] = {}
-    for step_id, status in open_steps.order_by("round", "index").values_list("id", "status"):
-        ids.setdefault(str(status), []).append(step_id)
+    for step_id, status in open_steps:
+        ids.setdefault(status, []).append(step_id)
     closed: dict[str, dict[str, Any]] = {}
     for open_status, end_status in (
         (Step.Status.RUNNING, Step.Status.CANCELLED),
@@ -649,6 +656,7 @@ def close_open_steps(*, run_id: int, why: str, at: Any) -> dict[str, dict[str, A
 def record_run_failed(*, run_id: int, error: str) -> None:
     """The run stopped on an error that is not a model's (a bug, a bad configuration)."""
     with transaction.atomic():
+        open_steps = lock_open_steps(run_id=run_id)
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.is_finished:
             return
@@ -657,6 +665,9 @@ def record_run_failed(*, run_id: int, error: str) -> None:
         run.finished_at = timezone.now()
         run.save(update_fields=["status", "error", "finished_at"])
         closed = close_open_steps(
-            run_id=run_id, why=run_end_reason(run.status, error), at=run.finished_at
+            run_id=run_id,
+            open_steps=open_steps,
+            why=run_end_reason(run.status, error),
+            at=run.finished_at,
         )
         events.publish(run_id, events.RUN_FINISHED, finished_event_data(run, closed))

@@ -39,6 +39,7 @@ from orchestrator.services.recording import (
     RunClosed,
     close_open_steps,
     finished_event_data,
+    lock_open_steps,
     record_run_failed,
     run_end_reason,
 )
@@ -378,6 +379,7 @@ def run_cancel(
 
 def _cancel(run_id: int) -> Run:
     with transaction.atomic():
+        open_steps = lock_open_steps(run_id=run_id)  # steps first, as the recorder takes them
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.is_finished:
             return run
@@ -385,7 +387,7 @@ def _cancel(run_id: int) -> Run:
         run.finished_at = timezone.now()
         run.save(update_fields=["status", "finished_at"])
         closed = close_open_steps(
-            run_id=run_id, why=run_end_reason(run.status), at=run.finished_at
+            run_id=run_id, open_steps=open_steps, why=run_end_reason(run.status), at=run.finished_at
         )
         events.publish(run_id, events.RUN_FINISHED, finished_event_data(run, closed))
         from orchestrator.services.execution import run_stop_inline
