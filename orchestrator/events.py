@@ -11,9 +11,13 @@ Only services publish. The consumer and the page (static/js/run/live.js) follow 
 ``step.started``   ``step``: STEP, status running.
 ``step.finished``  ``step``: STEP, status succeeded; ``totals``: TOTALS of the run so far.
 ``step.failed``    ``step``: STEP, status failed (``error`` says why); ``totals``: TOTALS.
-``run.finished``   ``status``, ``answer``, ``score``, ``error``, ``totals``: TOTALS.
+``run.finished``   ``status``, ``answer``, ``score``, ``error``, ``totals``: TOTALS,
+                   ``finished_at``, ``closed_steps``: CLOSED. Always the run's last event.
 
 STEP, PLAN and TOTALS are the dicts built by ``step_data``, ``plan_data`` and ``totals_data``.
+CLOSED says which steps the run's end closed: ``{"cancelled" | "skipped": {"ids": [step ids],
+"error": why}}`` (a step still running ended cancelled, one never started skipped; their
+``finished_at`` is the run's). Nothing is published for a run after its ``run.finished``.
 On connect the consumer first sends ``{"type": "snapshot", "run": id, "seq": last_seq,
 "state": snapshot_data(run)}``; a client that reconnects with ``?after=<seq>`` is sent the stored
 events after that seq instead, then live events. Clients ignore events whose seq they have seen.
@@ -53,6 +57,17 @@ EVENT_TYPES: Final = (
 
 # The channel-layer message type; Channels routes it to the consumer's ``run_event`` handler.
 LAYER_MESSAGE_TYPE: Final = "run.event"
+
+
+def status_constants() -> dict[str, list[str]]:
+    """The statuses pages draw, from the models: the run page reads them from its data block
+    instead of repeating them."""
+    return {
+        "run": [str(status) for status in Run.Status],
+        "run_finished": [str(status) for status in Run.FINISHED],
+        "step": [str(status) for status in Step.Status],
+        "step_finished": [str(status) for status in Step.FINISHED],
+    }
 
 
 def group_name(run_id: int) -> str:

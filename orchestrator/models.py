@@ -221,6 +221,13 @@ class Step(models.Model):
         RUNNING = "running"
         SUCCEEDED = "succeeded"
         FAILED = "failed"
+        # The run ended while the step ran (cancelled) or before it started (skipped); the
+        # step's error says why.
+        CANCELLED = "cancelled"
+        SKIPPED = "skipped"
+
+    FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.SKIPPED)
+    OPEN = (Status.PENDING, Status.RUNNING)
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
     plan = models.ForeignKey(Plan, null=True, blank=True, on_delete=models.CASCADE, related_name="steps")

@@ -153,6 +153,9 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "run": run,
         "snapshot": events.snapshot_data(run),
         "ws_path": f"/ws/runs/{run.pk}/",
+        "statuses": events.status_constants(),
+        # Who may start runs may cancel them: the API's rule (RunCancelApi).
+        "can_cancel": selectors.user_can_run(user=request.user, project=run.project_id),
         "pools": _runnable_pools(request.user),
         "strategies": STRATEGIES,
     }

@@ -104,7 +104,8 @@ async def execute_run(
     ``resume`` supplies plans that are not made again and succeeded steps that are not called
     again (their responses feed later steps; their usage counts in the totals). ``run_finished``
     fires exactly once for a run that succeeded or failed; a bug or a cancellation propagates
-    instead, after the running steps are cancelled.
+    instead, after the running steps are cancelled. A failed run's steps that never started end
+    ``skipped``, their error saying why.
     """
     run = _Run(
         question=question,
@@ -118,6 +119,14 @@ async def execute_run(
     result = await run.execute()
     await run.observer.run_finished(result)
     return result
+
+
+def end_reason(status: str, why: str) -> str:
+    """The error of a step the run's end closed: ``cancelled`` while it ran, ``skipped`` before
+    it started; ``why`` says how the run ended."""
+    if status == "cancelled":
+        return f"Stopped while running: {why}"
+    return f"Not run: {why}"
 
 
 class _Run:
@@ -180,6 +189,12 @@ class _Run:
             answer = previous_answer = records[-1].response
         if not self.error and previous_answer is None:
             self.error = "the strategy wrote no workflow to run"
+        if self.error:
+            # A failed run leaves no step waiting: the ones it never started say why.
+            for record in self.steps:
+                if record.status == "pending":
+                    record.status = "skipped"
+                    record.error = end_reason("skipped", f"the run failed: {self.error}")
         self.totals.wall_time = time.perf_counter() - started
         return RunResult(
             status="failed" if self.error else "succeeded",

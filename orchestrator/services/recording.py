@@ -28,6 +28,7 @@ from django.utils import timezone
 from orchestrator import events
 from orchestrator.engine.grading import GradingUnavailable, extract_answer, grade
 from orchestrator.engine.sandbox import sandbox_problem
+from orchestrator.engine.scheduler import end_reason
 from orchestrator.engine.types import PlanRecord, RunResult, StepRecord
 from orchestrator.models import Plan, Run, Step
 from orchestrator.services.records import access_to_data, attempts_to_data, workflow_to_data
@@ -110,7 +111,12 @@ def _db_datetime(value: Any) -> Any:
     return connection.ops.adapt_datetimefield_value(value)
 
 
-class RunCancelled(Exception):
+class RunClosed(Exception):
+    """The run finished elsewhere while it executed (cancelled, or failed by another process):
+    execution stops without writing more, so nothing follows the run's ``run.finished``."""
+
+
+class RunCancelled(RunClosed):
     """The run was cancelled while it executed; execution stops without writing more."""
 
 
@@ -176,7 +182,8 @@ class RunRecorder:
         events.store_events(self.run_id, items, last_seq=last_seq, deliver=self.deliver)
 
     def _run_status(self) -> str:
-        """The run's stored status (row-locked where the database can); raises if cancelled."""
+        """The run's stored status (row-locked where the database can); raises RunClosed if the
+        run has finished (RunCancelled if it was cancelled)."""
         lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT status FROM {RUN_TABLE} WHERE id = %s{lock}", [self.run_id])
@@ -185,6 +192,8 @@ class RunRecorder:
             raise Run.DoesNotExist(f"run {self.run_id} does not exist")
         if row[0] == Run.Status.CANCELLED:
             raise RunCancelled(f"run {self.run_id} was cancelled")
+        if row[0] in Run.FINISHED:
+            raise RunClosed(f"run {self.run_id} has finished ({row[0]})")
         return row[0]
 
     def _advance_run(
@@ -198,8 +207,8 @@ class RunRecorder:
         """One UPDATE of the run row: take ``event_count`` seqs (one more if the run moves to
         ``move_to``), add ``add`` to the totals, move the status; read back the totals.
 
-        Raises RunCancelled (rolling the callback back) if ``check_cancelled`` and the run was
-        cancelled. A run that is not moved (already there, or finished) gets no status event.
+        Raises RunClosed (rolling the callback back) if ``check_cancelled`` and the run has
+        finished (RunCancelled if it was cancelled). A run not moved gets no status event.
         Returns the run's new last_seq and whether it moved (the caller then announces it).
         """
         add = add or {}
@@ -213,8 +222,7 @@ class RunRecorder:
             event_count + moving, add, move_to if moving else None, check_cancelled
         )
         if row is None and (moving or check_cancelled):
-            # The status condition failed: cancelled (raise), or finished (then no move, as the
-            # run ended elsewhere; the callback is still stored).
+            # The status condition failed: the run finished elsewhere (this raises).
             self._run_status()
             moving = False
             row = self._update_run(event_count, add, None, False)
@@ -240,10 +248,9 @@ class RunRecorder:
         where = "id = %s"
         params.append(self.run_id)
         if conditional:
-            # Moving needs a live run; storing a callback only a run that was not cancelled.
-            closed = Run.FINISHED if move_to is not None else (Run.Status.CANCELLED,)
-            where += f" AND status NOT IN ({', '.join(['%s'] * len(closed))})"
-            params += [str(status) for status in closed]
+            # Nothing is stored for a finished run: its run.finished stays its last event.
+            where += f" AND status NOT IN ({', '.join(['%s'] * len(Run.FINISHED))})"
+            params += [str(status) for status in Run.FINISHED]
         sql = f"UPDATE {RUN_TABLE} SET {', '.join(assignments)} WHERE {where}"
         return _update_returning(sql, params, returning=_RUN_RETURNING, id=self.run_id)
 
@@ -416,9 +423,11 @@ class RunRecorder:
                 cursor.execute(_STEP_RESULT_SQL, params)
                 if cursor.rowcount != 1:
                     return
+            # Checks the run is still going: a result that arrives after the run finished (a
+            # cancel while the step ran) is rolled back, as the step ended cancelled and
+            # run.finished must stay the run's last event.
             last_seq, _ = self._advance_run(
                 event_count=1,
-                check_cancelled=False,
                 add={
                     "tokens_in": record.tokens_in,
                     "tokens_out": record.tokens_out,
@@ -436,8 +445,8 @@ class RunRecorder:
         self, result: RunResult, score: float | None, grading_error: str = ""
     ) -> None:
         """Store how the run ended: plans never announced (accepting or unusable ones), the
-        answer, score, error (or why the answer was not graded) and the engine's final totals.
-        A run already finished is kept."""
+        answer, score, error (or why the answer was not graded) and the engine's final totals;
+        steps it never started end skipped. A run already finished is kept."""
         error = result.error or grading_error
         plan_rows = self._new_plan_rows(result.plans)  # their calls are in the totals below
         totals = result.totals
@@ -466,11 +475,18 @@ class RunRecorder:
             *finished,
         ]  # fmt: skip
         with transaction.atomic():
+            open_steps = lock_open_steps(run_id=self.run_id)
             row = _update_returning(sql, params, returning="last_seq, step_count", id=self.run_id)
             if row is None:
                 return
             last_seq, step_count = row
             self.status = status
+            closed = close_open_steps(
+                run_id=self.run_id,
+                open_steps=open_steps,
+                why=run_end_reason(status, result.error),
+                at=finished_at,
+            )
             items = self._store_plans(plan_rows)
             self.totals.update(
                 tokens_in=totals.tokens_in,
@@ -489,6 +505,8 @@ class RunRecorder:
                         score=score,
                         error=error,
                         totals=dict(self.totals),
+                        finished_at=finished_at,
+                        closed_steps=closed,
                     ),
                 )
             )
@@ -573,19 +591,31 @@ class RecordingObserver:
         await self._call(self.recorder.run_finished, result, score, grading_error)
 
 
-def finished_event_data(run: Run) -> dict[str, Any]:
-    """The payload of ``run.finished`` for a run as stored."""
+def finished_event_data(
+    run: Run, closed_steps: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The payload of ``run.finished`` for a run as stored; ``closed_steps`` as returned by
+    ``close_open_steps`` when the run was just ended."""
     return _finished_data(
         status=run.status,
         answer=run.answer,
         score=run.score,
         error=run.error,
         totals=events.totals_data(run),
+        finished_at=run.finished_at,
+        closed_steps=closed_steps or {},
     )
 
 
 def _finished_data(
-    *, status: str, answer: str, score: float | None, error: str, totals: dict[str, Any]
+    *,
+    status: str,
+    answer: str,
+    score: float | None,
+    error: str,
+    totals: dict[str, Any],
+    finished_at: Any,
+    closed_steps: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """The ``run.finished`` payload: one shape however the run ended (engine, cancel, failure)."""
     return {
@@ -594,12 +624,63 @@ def _finished_data(
         "score": score,
         "error": error,
         "totals": totals,
+        "finished_at": finished_at.isoformat() if finished_at else None,
+        "closed_steps": closed_steps,
     }
+
+
+def run_end_reason(status: str, error: str = "") -> str:
+    """How a run ended, as the steps it closed tell it."""
+    if status == Run.Status.CANCELLED:
+        return "the run was cancelled"
+    if status == Run.Status.FAILED:
+        return f"the run failed: {error}" if error else "the run failed"
+    return "the run ended before this step started"
+
+
+def lock_open_steps(*, run_id: int) -> list[tuple[int, str]]:
+    """(id, status) of the run's pending and running steps, row-locked where the database can.
+
+    Whatever finishes a run calls this first, before it locks the run row: the recorder's
+    callbacks lock a step row and then the run row, so taking them in the same order never
+    deadlocks. A step whose result commits meanwhile is no longer open and keeps its result.
+    """
+    steps = Step.objects.filter(run_id=run_id, status__in=Step.OPEN).order_by("round", "index")
+    if connection.features.has_select_for_update:
+        steps = steps.select_for_update()
+    return [(step_id, str(status)) for step_id, status in steps.values_list("id", "status")]
+
+
+def close_open_steps(
+    *, run_id: int, open_steps: Sequence[tuple[int, str]], why: str, at: Any
+) -> dict[str, dict[str, Any]]:
+    """End the steps ``lock_open_steps`` returned, in the transaction that finishes the run: a
+    running step ends ``cancelled``, a pending one ``skipped``, each with an error that says
+    ``why``. Returns the ``closed_steps`` of ``run.finished``: ``{status: {"ids": [...],
+    "error": "..."}}`` for each status used.
+    """
+    ids: dict[str, list[int]] = {}
+    for step_id, status in open_steps:
+        ids.setdefault(status, []).append(step_id)
+    closed: dict[str, dict[str, Any]] = {}
+    for open_status, end_status in (
+        (Step.Status.RUNNING, Step.Status.CANCELLED),
+        (Step.Status.PENDING, Step.Status.SKIPPED),
+    ):
+        if str(open_status) not in ids:
+            continue
+        error = end_reason(str(end_status), why)
+        Step.objects.filter(run_id=run_id, status=open_status).update(
+            status=end_status, error=error, finished_at=at
+        )
+        closed[str(end_status)] = {"ids": ids[str(open_status)], "error": error}
+    return closed
 
 
 def record_run_failed(*, run_id: int, error: str) -> None:
     """The run stopped on an error that is not a model's (a bug, a bad configuration)."""
     with transaction.atomic():
+        open_steps = lock_open_steps(run_id=run_id)
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.is_finished:
             return
@@ -607,4 +688,10 @@ def record_run_failed(*, run_id: int, error: str) -> None:
         run.error = error
         run.finished_at = timezone.now()
         run.save(update_fields=["status", "error", "finished_at"])
-        events.publish(run_id, events.RUN_FINISHED, finished_event_data(run))
+        closed = close_open_steps(
+            run_id=run_id,
+            open_steps=open_steps,
+            why=run_end_reason(run.status, error),
+            at=run.finished_at,
+        )
+        events.publish(run_id, events.RUN_FINISHED, finished_event_data(run, closed))

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from orchestrator import events
@@ -33,10 +36,13 @@ from orchestrator.selectors import user_can_run, user_role
 from orchestrator.services.recording import (
     TOTAL_FIELDS,
     RecordingObserver,
-    RunCancelled,
+    RunClosed,
+    close_open_steps,
     code_grading_problem,
     finished_event_data,
+    lock_open_steps,
     record_run_failed,
+    run_end_reason,
 )
 from orchestrator.services.records import resume_state_from_rows
 
@@ -242,8 +248,8 @@ async def run_execute_async(*, run_id: int, observer: RunObserver | None = None)
             observer=recorder if observer is None else _Observers(recorder, observer),
             resume=execution.resume(),
         )
-    except RunCancelled:
-        logger.info("run %s was cancelled; execution stopped", run_id)
+    except RunClosed as closed:
+        logger.info("run %s finished elsewhere (%s); execution stopped", run_id, closed)
     except Exception as error:
         await sync_to_async(record_run_failed)(run_id=run_id, error=short_error(error))
         raise
@@ -351,24 +357,118 @@ class _Observers:
 # Cancelling --------------------------------------------------------------------------------------
 
 
-def run_cancel(*, run_id: int) -> Run:
+# How long a cancel request waits for SQLite's write lock before it is queued (the request then
+# answers at once and the cancel is written in the background), and how long it is retried then.
+CANCEL_WAIT_SECONDS = 3.0
+CANCEL_RETRY_SECONDS = 600.0
+_CANCEL_FIRST_BACKOFF = 0.05
+_CANCEL_MAX_BACKOFF = 1.0
+
+
+def run_cancel(
+    *, run_id: int, wait: float = CANCEL_WAIT_SECONDS, sleep: Callable[[float], None] = time.sleep
+) -> Run:
     """Cancel a run that has not finished; a finished run is returned unchanged.
 
-    Publishes ``run.finished`` with status cancelled. An execution in progress stops at its next
-    callback (and an inline one in this process is cancelled at once, after the commit).
+    Ends the run's running steps as cancelled and its pending ones as skipped, then publishes
+    ``run.finished`` (status cancelled, ``closed_steps``): the run's last event, as an execution
+    in progress stores nothing more (an inline one in this process is stopped after the commit).
+
+    On SQLite a long write of another run can hold the database's write lock: the write is
+    retried with backoff for ``wait`` seconds; if the lock is still held, the run's inline task
+    is stopped, the cancel is queued (written by a background thread as soon as the lock frees)
+    and the run is returned not finished yet. Callers answer "accepted" then.
     """
+    run = _write_retrying_while_locked(lambda: _cancel(run_id), seconds=wait, sleep=sleep)
+    if run is not None:
+        return run
+    from orchestrator.services.execution import run_stop_inline
+
+    logger.warning("run %s: the database stayed locked; the cancel is queued", run_id)
+    run_stop_inline(run_id=run_id)
+    threading.Thread(
+        target=_cancel_in_background, args=(run_id,), name=f"cancel run {run_id}", daemon=True
+    ).start()
+    return Run.objects.get(pk=run_id)
+
+
+def _cancel(run_id: int) -> Run:
     with transaction.atomic():
+        open_steps = lock_open_steps(run_id=run_id)  # steps first, as the recorder takes them
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.is_finished:
             return run
         run.status = Run.Status.CANCELLED
         run.finished_at = timezone.now()
         run.save(update_fields=["status", "finished_at"])
-        events.publish(run_id, events.RUN_FINISHED, finished_event_data(run))
+        closed = close_open_steps(
+            run_id=run_id, open_steps=open_steps, why=run_end_reason(run.status), at=run.finished_at
+        )
+        events.publish(run_id, events.RUN_FINISHED, finished_event_data(run, closed))
         from orchestrator.services.execution import run_stop_inline
 
         transaction.on_commit(lambda: run_stop_inline(run_id=run_id))
     return run
+
+
+def _cancel_in_background(run_id: int) -> None:
+    from django.db import connections
+
+    try:
+        run = _write_retrying_while_locked(
+            lambda: _cancel(run_id), seconds=CANCEL_RETRY_SECONDS, sleep=time.sleep
+        )
+        if run is None:
+            logger.error("run %s: could not store its cancel; the database stayed locked", run_id)
+    except Exception:
+        logger.exception("run %s: storing its cancel failed", run_id)
+    finally:
+        connections.close_all()  # this thread's own connections only
+
+
+def _write_retrying_while_locked(
+    write: Callable[[], Run], *, seconds: float, sleep: Callable[[float], None]
+) -> Run | None:
+    """``write()``, tried again with growing pauses while SQLite reports the database locked,
+    for about ``seconds``; None if it never got the lock. Other errors propagate."""
+    deadline = time.monotonic() + seconds
+    backoff = _CANCEL_FIRST_BACKOFF
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            with _sqlite_busy_timeout(max(0.05, min(remaining, 1.0))):
+                return write()
+        except OperationalError as error:
+            if not _database_locked(error):
+                raise
+        if time.monotonic() + backoff >= deadline:
+            return None
+        sleep(backoff)
+        backoff = min(backoff * 2, _CANCEL_MAX_BACKOFF)
+
+
+def _database_locked(error: OperationalError) -> bool:
+    text = str(error).lower()
+    return "database is locked" in text or "database is busy" in text
+
+
+@contextmanager
+def _sqlite_busy_timeout(seconds: float) -> Iterator[None]:
+    """Wait at most ``seconds`` for SQLite's write lock (instead of the connection's long
+    default), so a starved write is retried with backoff rather than failing after it."""
+    if connection.vendor != "sqlite" or connection.in_atomic_block:
+        yield
+        return
+    connection.ensure_connection()
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout")
+        (before,) = cursor.fetchone()
+        cursor.execute(f"PRAGMA busy_timeout = {int(seconds * 1000)}")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA busy_timeout = {int(before)}")
 
 
 __all__ = [

@@ -268,3 +268,19 @@ def test_run_page_renders_the_snapshot(client_in, pool):
     assert response.context["ws_path"] == f"/ws/runs/{run.pk}/"
     assert response.context["snapshot"]["run"]["id"] == run.pk
     assert "Shown on its page" in response.content.decode()
+
+
+def test_run_page_offers_cancel_only_to_who_may_cancel_and_names_every_step_status(
+    client_in, pool, user
+):
+    run = make_run(pool, status=Run.Status.RUNNING)
+    html = client_in.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="run-cancel"' in html and f'action="/api/runs/{run.pk}/cancel/"' in html
+    # The legend and the page's scripts take the statuses from the server.
+    legend = re.search(r'<ul id="graph-legend".*?</ul>', html, re.S).group(0)
+    for status in Step.Status:
+        assert f"status-{status}" in legend
+    assert '"step_finished": ["succeeded", "failed", "cancelled", "skipped"]' in html
+
+    Membership.objects.filter(user=user).update(role=Membership.Role.VIEWER)
+    assert 'id="run-cancel"' not in client_in.get(f"/runs/{run.pk}/").content.decode()

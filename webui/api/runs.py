@@ -155,13 +155,22 @@ class RunGraphApi(APIView):
 
 
 class RunCancelApi(APIView):
-    """Cancel a run that has not finished (admins and reviewers of its project)."""
+    """Cancel a run that has not finished (admins and reviewers of its project).
 
-    @extend_schema(operation_id="runs_cancel", request=None, responses=RunSummaryOutputSerializer)
+    200: the run as it is now (cancelled, or finished before). 202: the database was busy, the
+    cancel is queued and the run ends cancelled shortly (its live events say when)."""
+
+    @extend_schema(
+        operation_id="runs_cancel",
+        request=None,
+        responses={200: RunSummaryOutputSerializer, 202: RunSummaryOutputSerializer},
+    )
     def post(self, request: Request, run_id: int) -> Response:
         run = visible_run_or_404(request=request, run_id=run_id)
         if not selectors.user_can_run(user=request.user, project=run.project_id):
             self.permission_denied(request, message="Only admins and reviewers may cancel runs.")
         run = run_cancel(run_id=run.pk)
         run = selectors.run_get(user=request.user, run_id=run.pk)
-        return Response(RunSummaryOutputSerializer(run, context={"request": request}).data)
+        data = RunSummaryOutputSerializer(run, context={"request": request}).data
+        code = status.HTTP_200_OK if run.is_finished else status.HTTP_202_ACCEPTED
+        return Response(data, status=code)

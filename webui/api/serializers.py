@@ -7,6 +7,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from orchestrator.models import Step
+
 
 class TotalsOutputSerializer(serializers.Serializer):
     """Sums over every model call of a run, the conductor's included."""
@@ -74,7 +76,11 @@ class StepSummaryOutputSerializer(serializers.Serializer):
     instruction = serializers.CharField()
     access = serializers.JSONField(help_text='As the plan gave it: "all" or earlier indices.')
     reads = serializers.ListField(child=serializers.IntegerField(), help_text="Step ids it read.")
-    status = serializers.CharField()
+    status = serializers.ChoiceField(
+        choices=Step.Status.choices,
+        help_text="cancelled: the run ended while it ran; skipped: it ended before it started. "
+        "The error says why.",
+    )
     tokens_in = serializers.IntegerField()
     tokens_out = serializers.IntegerField()
     cost = serializers.FloatField()

@@ -5,6 +5,7 @@
 
 import cytoscape from "../../vendor/cytoscape.esm.js";
 import { formatCount, stepGraphLabel } from "./format.js";
+import { STEP_STATUSES } from "./statuses.js";
 
 const REFRESH_DELAY_MS = 200;
 // Runs with more steps than this are drawn the cheap way (see graphStyle), whether or not the
@@ -32,12 +33,10 @@ function palette() {
     focus: colour("--focus", "#f0a000"),
     pending: colour("--status-pending", "#6b7480"),
     pendingSoft: colour("--status-pending-soft", "#eef0f2"),
-    running: colour("--status-running", "#1f5fbf"),
-    runningSoft: colour("--status-running-soft", "#e3ecfa"),
-    succeeded: colour("--status-succeeded", "#1e7b34"),
-    succeededSoft: colour("--status-succeeded-soft", "#e6f4ea"),
-    failed: colour("--status-failed", "#b42318"),
-    failedSoft: colour("--status-failed-soft", "#fdecea"),
+    // Every step status the server knows: --status-<name> and --status-<name>-soft (base.css).
+    steps: Object.fromEntries(
+      STEP_STATUSES.map((status) => [status, { line: colour(`--status-${status}`, "#6b7480"), soft: colour(`--status-${status}-soft`, "#eef0f2") }]),
+    ),
     planning: colour("--status-planning", "#7a4fbf"),
     planningSoft: colour("--status-planning-soft", "#f1ebfa"),
     font: cssColour(style, "--font", "system-ui, sans-serif"),
@@ -88,11 +87,11 @@ function graphStyle(c, { large }) {
         "border-color": c.pending,
       },
     },
-    statusStyle("pending", c.pending, c.pendingSoft),
-    statusStyle("running", c.running, c.runningSoft),
-    statusStyle("succeeded", c.succeeded, c.succeededSoft),
-    statusStyle("failed", c.failed, c.failedSoft),
+    ...Object.entries(c.steps).map(([status, { line, soft }]) => statusStyle(status, line, soft)),
     { selector: 'node.step[status = "running"]', style: { "border-width": 3, "border-style": "dashed" } },
+    // The run ended before these steps could end on their own: the border says so too.
+    { selector: 'node.step[status = "skipped"]', style: { "border-style": "dotted", "background-opacity": 0.6 } },
+    { selector: 'node.step[status = "cancelled"]', style: { "border-width": 3, "border-style": "double" } },
     {
       selector: "node.plan",
       style: { shape: "cut-rectangle", "border-style": "double", "border-width": 4, "font-weight": "bold" },
@@ -149,10 +148,7 @@ function graphStyle(c, { large }) {
     },
     { selector: "node.labelled", style: { label: "data(label)" } },
     { selector: "node.step.labelled", style: { "border-width": 2 } },
-    labelledStatusStyle("pending", c.pendingSoft),
-    labelledStatusStyle("running", c.runningSoft),
-    labelledStatusStyle("succeeded", c.succeededSoft),
-    labelledStatusStyle("failed", c.failedSoft),
+    ...Object.entries(c.steps).map(([status, { soft }]) => labelledStatusStyle(status, soft)),
     { selector: 'edge[kind = "plan"]', style: { "line-style": "dashed", "line-color": c.planning, "target-arrow-color": c.planning } },
     { selector: 'edge[kind = "next"]', style: { "line-style": "dotted", width: 2 } },
     { selector: "node.current", style: { "border-color": c.focus, "border-width": 5, "border-style": "solid" } },

@@ -27,12 +27,15 @@ export class RunHeader {
   render() {
     const run = this.store.run;
     setStatusBadge(this.status, run.status);
-    if (run.answer !== this.renderedAnswer) {
+    // Keyed on the status too: a run that fails keeps its empty answer but must stop saying "Not yet.".
+    const answerKey = `${run.status}\n${run.answer}`;
+    if (answerKey !== this.renderedAnswer) {
       // The final answer is a model's output: safe Markdown like every response.
-      this.renderedAnswer = run.answer;
+      this.renderedAnswer = answerKey;
       this.answer.classList.remove("plain-text");
+      this.answer.classList.toggle("run-answer-missing", !run.answer);
       if (run.answer) renderMarkdown(this.answer, run.answer);
-      else this.answer.textContent = this.store.finished ? "—" : "Not yet.";
+      else this.answer.textContent = missingAnswer(run.status, this.store.finished);
     }
     this.score.textContent = formatScore(run.score);
     this.error.hidden = !run.error;
@@ -75,4 +78,12 @@ export class RunHeader {
     this.indicator.dataset.state = state;
     this.indicator.textContent = LIVE_TEXT[state] || state;
   }
+}
+
+// What the answer box says when there is no answer: why, once the run has ended.
+function missingAnswer(status, finished) {
+  if (!finished) return "Not yet.";
+  if (status === "failed") return "No answer: the run failed (the error below says why).";
+  if (status === "cancelled") return "No answer: the run was cancelled.";
+  return "—";
 }

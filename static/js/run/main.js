@@ -5,6 +5,7 @@
 import { GraphView } from "./graph.js";
 import { RunHeader } from "./header.js";
 import { LiveConnection } from "./live.js";
+import { CancelButton } from "./cancel.js";
 import { DetailsPanel } from "./panel.js";
 import { StepList } from "./steplist.js";
 import { Changes, RunStore } from "./store.js";
@@ -37,6 +38,7 @@ function showNotice(text) {
 }
 
 const header = new RunHeader(root, store);
+const cancelButton = new CancelButton({ form: document.getElementById("run-cancel-form"), store });
 const stepList = new StepList({
   list: document.getElementById("step-list"),
   empty: document.getElementById("step-list-empty"),
@@ -137,6 +139,7 @@ function flush() {
 
 function draw(changes) {
   if (changes.run || changes.totals) header.render();
+  if (changes.run) cancelButton.render();
   stepList.update(changes);
   graph.update(changes);
   panel.update(changes);
@@ -151,6 +154,7 @@ const live = new LiveConnection({
 });
 
 header.render();
+cancelButton.render();
 stepList.renderAll();
 renderRoundPlans();
 document.getElementById("graph-fit").addEventListener("click", () => graph.fit());

@@ -5,8 +5,7 @@
 import { renderMarkdown } from "./markdown.js";
 import { element, formatCost, formatCount, formatSeconds, statusBadge, stepName } from "./format.js";
 import { planStatus } from "./graph.js";
-
-const FINISHED_STEP = new Set(["succeeded", "failed"]);
+import { STEP_FINISHED } from "./statuses.js";
 
 export class DetailsPanel {
   constructor({ panel, title, body, closeButton, store, api, runId, onClose }) {
@@ -115,7 +114,7 @@ export class DetailsPanel {
   responseSlot(step, detail) {
     if (!detail) return element("p", { class: "hint", dataset: { loading: "" } }, "Loading…");
     if (!detail.response) {
-      return element("p", { class: "hint" }, FINISHED_STEP.has(step.status) ? "No response." : "No response yet.");
+      return element("p", { class: "hint" }, STEP_FINISHED.has(step.status) ? "No response." : "No response yet.");
     }
     const container = element("div", { class: "markdown response" });
     renderMarkdown(container, detail.response);

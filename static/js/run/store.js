@@ -2,7 +2,7 @@
 // Follows the schema in orchestrator/events.py. Every operation is O(1) per event (apart from the
 // rare step that arrives out of order), so a run of many thousands of steps stays cheap.
 
-export const STEP_STATUSES = ["pending", "running", "succeeded", "failed"];
+import { RUN_FINISHED } from "./statuses.js";
 
 // What changed since the page last drew; filled by the store, consumed once per frame.
 export class Changes {
@@ -67,9 +67,11 @@ export class RunStore {
           answer: event.answer ?? this.run.answer,
           score: event.score ?? this.run.score,
           error: event.error ?? this.run.error,
+          finished_at: event.finished_at ?? this.run.finished_at,
         };
         changes.run = true;
         if (event.totals) this.setTotals(event.totals, changes);
+        this.closeSteps(event.closed_steps, event.finished_at, changes);
         break;
       default:
         // An event type this page does not know yet: nothing to draw.
@@ -80,6 +82,16 @@ export class RunStore {
   setTotals(totals, changes) {
     this.run = { ...this.run, totals };
     changes.totals = true;
+  }
+
+  // The steps the run's end closed (still running: cancelled; never started: skipped).
+  closeSteps(closed, finishedAt, changes) {
+    for (const [status, { ids, error }] of Object.entries(closed || {})) {
+      for (const id of ids) {
+        const known = this.steps.get(id);
+        if (known) this.putStep({ ...known, status, error, finished_at: finishedAt ?? known.finished_at }, changes);
+      }
+    }
   }
 
   putPlan(plan, changes) {
@@ -150,7 +162,7 @@ export class RunStore {
   }
 
   get finished() {
-    return ["succeeded", "failed", "cancelled"].includes(this.run.status);
+    return RUN_FINISHED.has(this.run.status);
   }
 }
 

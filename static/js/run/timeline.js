@@ -3,11 +3,11 @@
 // only while the section is open. A click on a row opens that step.
 
 import { formatSeconds, stepName } from "./format.js";
+import { STEP_STATUSES } from "./statuses.js";
 
 const AXIS_HEIGHT = 22;
 const LABEL_WIDTH = 170;
 const MAX_CANVAS_HEIGHT = 16000; // browsers refuse larger canvases
-const COLOURS = ["pending", "running", "succeeded", "failed"];
 // A redraw costs one pass over the steps: at most this often while events stream in.
 const REDRAW_EVERY_MS = 250;
 
@@ -22,7 +22,7 @@ export class Timeline {
     this.lastDrawn = 0;
     this.redrawTimer = null;
     const style = getComputedStyle(document.documentElement);
-    this.colours = Object.fromEntries(COLOURS.map((status) => [status, style.getPropertyValue(`--status-${status}`).trim() || "#888"]));
+    this.colours = Object.fromEntries(STEP_STATUSES.map((status) => [status, style.getPropertyValue(`--status-${status}`).trim() || "#888"]));
     this.ink = style.getPropertyValue("--ink-soft").trim() || "#444";
     this.line = style.getPropertyValue("--line").trim() || "#ddd";
     details.addEventListener("toggle", () => this.draw());

@@ -209,7 +209,10 @@ async def test_a_step_that_keeps_failing_fails_the_run_with_its_reason():
     assert result.answer == ""
     assert sleep.delays == pytest.approx([0.1, 0.2, 0.4])
     assert client.call_count == 4
-    assert [step.status for step in result.steps] == ["failed", "pending"]
+    assert [step.status for step in result.steps] == ["failed", "skipped"]
+    assert result.steps[1].error == (
+        "Not run: the run failed: step 0.0 (w0) failed: rate limited"
+    )
     assert observer.names() == [
         "planning",
         "plan_created",
@@ -229,7 +232,7 @@ async def test_a_non_retryable_error_fails_at_once_and_running_steps_still_finis
     assert result.status == "failed"
     assert result.error == "step 0.0 (w0) failed: bad request"
     assert sleep.delays == []
-    assert [step.status for step in result.steps] == ["failed", "succeeded", "pending"]
+    assert [step.status for step in result.steps] == ["failed", "succeeded", "skipped"]
     assert result.steps[1].response == "done task-b"
     assert slow.call_count == 1  # task-c never started
 
@@ -263,7 +266,10 @@ async def test_the_token_budget_stops_new_steps_and_names_the_amount():
     assert result.status == "failed"
     assert result.error == "token budget exhausted: 30 of 20 tokens used"
     assert client.call_count == 2
-    assert [step.status for step in result.steps] == ["succeeded", "succeeded", "pending"]
+    assert [step.status for step in result.steps] == ["succeeded", "succeeded", "skipped"]
+    assert result.steps[2].error == (
+        "Not run: the run failed: token budget exhausted: 30 of 20 tokens used"
+    )
 
 
 async def test_the_cost_budget_stops_new_steps():

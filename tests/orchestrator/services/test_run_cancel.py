@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from asgiref.sync import sync_to_async
 
 from orchestrator.engine.types import NullObserver
 from orchestrator.models import Run, RunEvent, Step
 from orchestrator.services.runs import run_cancel, run_create, run_execute, run_execute_async
+from tests.factories import make_step
 
 QUESTION = "What is 6 times 7?"
 
@@ -43,6 +46,9 @@ def test_a_finished_run_is_left_as_it_is(sim_pool):
 
 
 class CancelWhenFirstStepStarts(NullObserver):
+    """Cancels the run once its first step is stored as running: the cancel lands while that
+    step's model call is in flight."""
+
     def __init__(self, run_id: int) -> None:
         self.run_id = run_id
 
@@ -53,7 +59,9 @@ class CancelWhenFirstStepStarts(NullObserver):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("async_db_connections_closed")
-async def test_a_running_run_stops_at_its_next_step(sim_pool, call_log):
+async def test_a_run_cancelled_mid_step_closes_every_step_and_says_nothing_after(
+    sim_pool, call_log, sent_events
+):
     run = await sync_to_async(run_create)(
         pool=sim_pool,
         input=QUESTION,
@@ -66,16 +74,83 @@ async def test_a_running_run_stops_at_its_next_step(sim_pool, call_log):
 
     await run.arefresh_from_db()
     assert run.status == Run.Status.CANCELLED
-    assert len(call_log.calls) == 1  # step 0 ran to its end; steps 1 to 3 never started
-    statuses = [
-        s
-        async for s in Step.objects.filter(run=run)
+    assert len(call_log.calls) == 1  # step 0's call was in flight; steps 1 to 3 never started
+    steps = [
+        step
+        async for step in Step.objects.filter(run=run)
         .order_by("index")
-        .values_list("status", flat=True)
+        .values("id", "status", "error", "finished_at")
     ]
-    assert statuses == ["succeeded", "pending", "pending", "pending"]
-    event = await sync_to_async(last_event)(run)
-    assert event["type"] == "step.finished"  # written after the cancellation, nothing after it
-    assert not await RunEvent.objects.filter(
-        run=run, type="run.finished", data__status="succeeded"
-    ).aexists()
+    assert [step["status"] for step in steps] == ["cancelled", "skipped", "skipped", "skipped"]
+    assert steps[0]["error"] == "Stopped while running: the run was cancelled"
+    assert {step["error"] for step in steps[1:]} == {"Not run: the run was cancelled"}
+    assert all(step["finished_at"] == run.finished_at for step in steps)
+
+    stored = await sync_to_async(stored_events)(run)
+    assert [event["seq"] for event in stored] == list(range(1, len(stored) + 1))
+    assert sent_events == stored  # each sent once, after its commit, in order
+    finished = stored[-1]
+    assert finished["type"] == "run.finished" and finished["status"] == "cancelled"
+    assert [e["type"] for e in stored].count("run.finished") == 1
+    # Step 0's response came back after the cancel: it was dropped, not announced.
+    assert not any(e["type"] in ("step.finished", "step.failed") for e in stored)
+    assert finished["closed_steps"] == {
+        "cancelled": {"ids": [steps[0]["id"]], "error": steps[0]["error"]},
+        "skipped": {"ids": [s["id"] for s in steps[1:]], "error": steps[1]["error"]},
+    }
+    assert finished["finished_at"] == run.finished_at.isoformat()
+    # The recorder stored nothing after run.finished: no usage of the dropped response either.
+    assert run.last_seq == finished["seq"] and run.tokens_in == 0
+
+
+def test_a_run_cancelled_before_it_starts_skips_its_steps(sim_pool, sent_events):
+    run = run_create(pool=sim_pool, input=QUESTION, strategy="moa", enqueue=False)
+    make_step(run=run, index=0)
+    make_step(run=run, index=1)
+
+    run_cancel(run_id=run.pk)
+
+    assert set(Step.objects.filter(run=run).values_list("status", flat=True)) == {"skipped"}
+    event = last_event(run)
+    assert event["closed_steps"].keys() == {"skipped"}
+    assert len(event["closed_steps"]["skipped"]["ids"]) == 2
+
+
+def test_cancel_waits_out_a_short_lock_and_queues_past_its_wait(monkeypatch, sim_pool):
+    from django.db import OperationalError
+
+    from orchestrator.services import runs
+
+    run = run_create(pool=sim_pool, input=QUESTION, enqueue=False)
+    locked_for = {"tries": 2}
+    real_cancel = runs._cancel
+    pauses: list[float] = []
+
+    def cancel_behind_a_lock(run_id):
+        if locked_for["tries"] > 0:
+            locked_for["tries"] -= 1
+            raise OperationalError("database is locked")
+        return real_cancel(run_id)
+
+    monkeypatch.setattr(runs, "_cancel", cancel_behind_a_lock)
+    cancelled = run_cancel(run_id=run.pk, sleep=pauses.append)
+
+    assert cancelled.status == Run.Status.CANCELLED
+    assert pauses == [0.05, 0.1]  # backoff doubles between tries
+
+    other = run_create(pool=sim_pool, input=QUESTION, enqueue=False)
+    queued: list[int] = []
+    locked_for["tries"] = 10**6
+    monkeypatch.setattr(runs, "_cancel_in_background", queued.append)
+    answer = run_cancel(run_id=other.pk, wait=0.2, sleep=lambda seconds: None)
+
+    assert answer.status == Run.Status.QUEUED  # not finished yet: the API answers 202
+    for _ in range(100):
+        if queued:
+            break
+        time.sleep(0.01)
+    assert queued == [other.pk]
+
+
+def stored_events(run: Run) -> list[dict]:
+    return list(RunEvent.objects.filter(run=run).order_by("seq").values_list("data", flat=True))

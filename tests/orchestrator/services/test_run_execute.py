@@ -232,3 +232,60 @@ def test_events_reach_the_layer_in_seq_order_even_when_sending_is_slow(sim_pool,
 
     assert run.status == Run.Status.SUCCEEDED
     assert received == list(range(2, run.last_seq + 1))  # seq 1 (queued) went before execution
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_run_skips_the_steps_it_never_started_and_has_no_answer(
+    sim_pool, call_log, sent_events, monkeypatch
+):
+    from tests.orchestrator.services.conftest import CountingClient
+
+    real_complete = CountingClient.complete
+
+    async def second_call_refused(self, messages, *, timeout):
+        if len(self.log.calls) == 1:  # the second call: step 1
+            self.log.calls.append((self.model, "refused"))
+            raise ModelError("provider said 400", retryable=False)
+        return await real_complete(self, messages, timeout=timeout)
+
+    monkeypatch.setattr(CountingClient, "complete", second_call_refused)
+    run = new_run(sim_pool, strategy="reflection", strategy_options={"rounds": 2})
+    run_execute(run_id=run.pk)
+    run.refresh_from_db()
+
+    assert run.status == Run.Status.FAILED and run.answer == ""
+    assert run.error == "step 0.1 (" + Step.objects.get(run=run, index=1).worker_name + (
+        ") failed: provider said 400"
+    )
+    steps = list(Step.objects.filter(run=run).order_by("index"))
+    assert [step.status for step in steps] == ["succeeded", "failed", "skipped"]
+    assert steps[2].error == f"Not run: the run failed: {run.error}"
+    assert steps[2].finished_at == run.finished_at
+    events = stored_events(run)
+    assert sent_events == events
+    assert [event["type"] for event in events][-2:] == ["step.failed", "run.finished"]
+    finished = events[-1]
+    assert finished["answer"] == "" and finished["error"] == run.error
+    assert finished["closed_steps"] == {"skipped": {"ids": [steps[2].pk], "error": steps[2].error}}
+
+
+def test_a_run_stopped_by_a_bug_closes_its_running_and_pending_steps(sim_pool):
+    from orchestrator.services.recording import record_run_failed
+    from tests.factories import make_step
+
+    run = new_run(sim_pool, strategy="moa")
+    running = make_step(run=run, index=0, status=Step.Status.RUNNING)
+    pending = make_step(run=run, index=1)
+    done = make_step(run=run, index=2, status=Step.Status.SUCCEEDED, response="4")
+
+    record_run_failed(run_id=run.pk, error="KeyError: 'x'")
+
+    running.refresh_from_db(), pending.refresh_from_db(), done.refresh_from_db()
+    assert running.status == "cancelled"
+    assert running.error == "Stopped while running: the run failed: KeyError: 'x'"
+    assert pending.status == "skipped" and pending.error == "Not run: the run failed: KeyError: 'x'"
+    assert done.status == "succeeded" and done.error == ""
+    finished = stored_events(run)[-1]
+    assert finished["type"] == "run.finished"
+    assert finished["closed_steps"]["cancelled"]["ids"] == [running.pk]
+    assert finished["closed_steps"]["skipped"]["ids"] == [pending.pk]

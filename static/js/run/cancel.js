@@ -1,0 +1,44 @@
+// The Cancel button, for those who may cancel (the server renders it only for them). It posts to
+// the API and leaves the rest to the run's live events: run.finished hides it and redraws the
+// steps the cancel closed. 202 means the server queued the cancel behind a busy database.
+
+import { RUN_FINISHED } from "./statuses.js";
+
+export class CancelButton {
+  constructor({ form, store }) {
+    this.form = form;
+    this.store = store;
+    if (!form) return;
+    this.button = form.querySelector("button");
+    this.message = form.querySelector("[role=status]");
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.cancel();
+    });
+  }
+
+  async cancel() {
+    this.button.disabled = true;
+    this.message.textContent = "Cancelling…";
+    try {
+      const response = await fetch(this.form.action, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { Accept: "application/json", "X-CSRFToken": this.form.elements.csrfmiddlewaretoken.value },
+      });
+      const body = await response.json().catch(() => ({}));
+      if (!response.ok) throw new Error(body.detail || `${response.status} ${response.statusText}`);
+      if (response.status === 202) this.message.textContent = "Cancel requested: the run stops as soon as the database is free.";
+      else if (body.status !== "cancelled") this.message.textContent = `The run had already ${body.status}.`;
+      else this.message.textContent = "Cancelled.";
+    } catch (error) {
+      this.button.disabled = false;
+      this.message.textContent = `Could not cancel: ${error.message}`;
+    }
+  }
+
+  render() {
+    if (!this.form) return;
+    this.form.hidden = RUN_FINISHED.has(this.store.run.status);
+  }
+}

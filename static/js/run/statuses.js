@@ -1,0 +1,9 @@
+// The statuses of runs and steps as the server defines them (orchestrator.events.status_constants),
+// read from the page's data block so that they are never retyped here.
+
+const constants = JSON.parse(document.getElementById("status-constants").textContent);
+
+export const RUN_STATUSES = constants.run;
+export const RUN_FINISHED = new Set(constants.run_finished);
+export const STEP_STATUSES = constants.step;
+export const STEP_FINISHED = new Set(constants.step_finished);
