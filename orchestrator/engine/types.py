@@ -106,6 +106,17 @@ class RunSettings:
     token_budget: int | None = None
     cost_budget: float | None = None
 
+    @property
+    def max_run_steps(self) -> int:
+        """The most steps a run may hold over all its rounds; every strategy is held to it."""
+        return self.max_steps * self.max_rounds
+
+
+DEFAULT_TOKEN_BUDGET: Final = 200_000
+"""Tokens (in + out, the conductor's included) a run of a pool may use unless its admin says."""
+DEFAULT_COST_BUDGET: Final = 2.0
+"""Dollars a run of a pool may cost unless its admin says otherwise."""
+
 
 @dataclass(slots=True)
 class PlanAttempt:
