@@ -10,6 +10,8 @@ from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
+from orchestrator.engine.types import DEFAULT_COST_BUDGET, DEFAULT_TOKEN_BUDGET
+
 ENV_VAR_NAME = RegexValidator(
     r"^[A-Za-z_][A-Za-z0-9_]*$",
     "Give the name of an environment variable (letters, digits, underscores), never the key itself.",
@@ -76,8 +78,19 @@ class Pool(models.Model):
     access_mode = models.CharField(max_length=6, choices=AccessMode.choices, default=AccessMode.FINE)
     show_worker_names = models.BooleanField(default=True)
     step_timeout = models.FloatField(default=120.0, validators=[MinValueValidator(0.1)])
-    token_budget = models.PositiveIntegerField(null=True, blank=True)
-    cost_budget = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.0)])
+    token_budget = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=DEFAULT_TOKEN_BUDGET,
+        help_text="Tokens (in + out, the conductor's included) one run may use; empty: no limit.",
+    )
+    cost_budget = models.FloatField(
+        null=True,
+        blank=True,
+        default=DEFAULT_COST_BUDGET,
+        validators=[MinValueValidator(0.0)],
+        help_text="Dollars one run may cost; empty: no limit.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
