@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -16,7 +17,7 @@ from django.utils import timezone
 from orchestrator import events
 from orchestrator.engine.grading import GRADER_KINDS, parse_number
 from orchestrator.engine.scheduler import execute_run
-from orchestrator.engine.strategies import STRATEGIES, build_strategy
+from orchestrator.engine.strategies import STRATEGIES, build_strategy, check_fits
 from orchestrator.engine.types import (
     Completion,
     Message,
@@ -62,8 +63,10 @@ def run_create(
     """Create a queued run of ``input`` on ``pool`` and, once committed, start executing it.
 
     ``created_by`` (a user, or None for the CLI) must be an admin or reviewer of the pool's
-    project (PermissionDenied otherwise). Raises ValidationError keyed by field (input, strategy,
-    strategy_options, pool, grader) for bad input. With no ``grader`` but a reference, the grader
+    project (PermissionDenied otherwise). Raises ValidationError keyed by field (input,
+    reference, strategy, strategy_options, pool, grader) for bad input, among them a question or
+    reference over ``CONDUCTOR_MAX_TEXT_BYTES``, an option past its bound, and a strategy whose
+    steps would not fit the pool's ``max_steps`` × ``max_rounds``. With no ``grader`` but a reference, the grader
     is chosen from the reference's form (a number: numeric; a letter: choice; else exact).
     Publishes ``run.status`` queued. ``enqueue=False`` leaves execution to the caller (the CLI).
     """
@@ -75,6 +78,10 @@ def run_create(
     errors: dict[str, list[str]] = {}
     if not (input or "").strip():
         errors["input"] = ["Give a question."]
+    for field, text in (("input", input or ""), ("reference", reference)):
+        problem = text_size_problem(text)
+        if problem:
+            errors[field] = [problem]
     enabled_workers = pool.workers.filter(enabled=True).count()
     if enabled_workers == 0:
         errors["pool"] = [f'Pool "{pool.name}" has no enabled worker.']
@@ -84,13 +91,18 @@ def run_create(
         ]
     else:
         try:
-            build_strategy(strategy, conductor=_VALIDATION_ONLY_CLIENT, options=options)
+            built = build_strategy(strategy, conductor=_VALIDATION_ONLY_CLIENT, options=options)
         except ValueError as error:
             errors["strategy_options"] = [str(error)]
         else:
             problem = _worker_option_problem(options, enabled_workers)
             if problem and enabled_workers:
                 errors["strategy_options"] = [problem]
+            elif enabled_workers:
+                try:
+                    check_fits(built, pool_size=enabled_workers, settings=run_settings_for(pool))
+                except ValueError as error:
+                    errors["strategy_options"] = [str(error)]
     if grader and grader not in GRADER_KINDS:
         errors["grader"] = [f'Unknown grader "{grader}". Choose one of: {", ".join(GRADER_KINDS)}.']
     if errors:
@@ -117,6 +129,22 @@ def run_create(
             transaction.on_commit(lambda: run_enqueue(run_id=run_id))
     run.refresh_from_db(fields=["last_seq"])
     return run
+
+
+def text_size_problem(text: str) -> str:
+    """Why ``text`` is too long for a question or a reference, or "" when it fits within
+    ``settings.CONDUCTOR_MAX_TEXT_BYTES`` (UTF-8 bytes)."""
+    limit = settings.CONDUCTOR_MAX_TEXT_BYTES
+    if len(text) * 4 <= limit:  # no character takes more than four bytes
+        return ""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size <= limit:
+        return ""
+    in_kb = f" ({limit // 1024} KB)" if limit % 1024 == 0 else ""
+    return (
+        f"Too long: {size:,} bytes in UTF-8; the limit is {limit:,} bytes{in_kb} "
+        "(CONDUCTOR_MAX_TEXT_BYTES)."
+    )
 
 
 def default_grader(reference: str) -> str:
@@ -358,6 +386,7 @@ def run_cancel(*, run_id: int) -> Run:
 
 __all__ = [
     "default_grader",
+    "text_size_problem",
     "run_cancel",
     "run_create",
     "run_execute",
