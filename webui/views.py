@@ -14,6 +14,7 @@ from django.utils import timezone
 from orchestrator import events, selectors
 from orchestrator.engine.strategies import STRATEGIES
 from orchestrator.models import Pool, Run
+from webui.api.pagination import MAX_PAGE
 
 PAGE_SIZE = 50
 LINE_LIMIT = 160
@@ -32,7 +33,7 @@ class RunFilterForm(forms.Form):
     score_min = forms.FloatField(required=False, label="Score ≥")
     score_max = forms.FloatField(required=False, label="Score ≤")
     q = forms.CharField(required=False, max_length=200, strip=True, label="Text")
-    page = forms.IntegerField(required=False, min_value=1)
+    page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
 
     def __init__(self, data: Any, *, pools: list[Pool], strategies: tuple[str, ...]):
         super().__init__(data)
