@@ -32,7 +32,7 @@ class PoolWorkerOutputSerializer(serializers.Serializer):
         help_text="Name of the environment variable holding the key (admins only; never the key)."
     )
 
-    @extend_schema_field(OpenApiTypes.STR)
+    @extend_schema_field(serializers.CharField(allow_null=True))
     def get_api_key_env(self, worker) -> str | None:
         is_admin = self.context["pool_roles"].get(worker.pool_id) == Membership.Role.ADMIN
         return worker.api_key_env if is_admin else None

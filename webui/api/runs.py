@@ -27,7 +27,12 @@ from orchestrator.models import Run
 from orchestrator.services.runs import run_cancel, run_create
 from webui.api.pagination import MAX_PAGE, PagePagination
 from webui.converters import MAX_ID
-from webui.api.serializers import RunDetailOutputSerializer, RunSummaryOutputSerializer
+from webui.api.serializers import (
+    RunDetailOutputSerializer,
+    RunSummaryOutputSerializer,
+    TextField,
+    WholeNumberField,
+)
 
 
 def validation_error_from_django(error: DjangoValidationError) -> ValidationError:
@@ -49,7 +54,7 @@ class RunListCreateApi(APIView):
 
     class FilterSerializer(serializers.Serializer):
         status = serializers.ChoiceField(choices=Run.Status.choices, required=False)
-        pool = serializers.IntegerField(required=False, min_value=1, max_value=MAX_ID)
+        pool = WholeNumberField(required=False, min_value=1, max_value=MAX_ID)
         strategy = serializers.ChoiceField(choices=STRATEGIES, required=False)
         worker = serializers.CharField(
             required=False, max_length=100, help_text="A worker name used by any step."
@@ -63,10 +68,10 @@ class RunListCreateApi(APIView):
         )
 
     class CreateInputSerializer(serializers.Serializer):
-        input = serializers.CharField(
+        input = TextField(
             help_text="The question; at most CONDUCTOR_MAX_TEXT_BYTES (100 KB) in UTF-8."
         )
-        pool = serializers.IntegerField(
+        pool = WholeNumberField(
             min_value=1, max_value=MAX_ID, help_text="Id of a pool of one of your projects."
         )
         strategy = serializers.ChoiceField(choices=STRATEGIES, default="conductor")
@@ -80,7 +85,7 @@ class RunListCreateApi(APIView):
                 "max_steps × max_rounds."
             ),
         )
-        reference = serializers.CharField(
+        reference = TextField(
             required=False,
             allow_blank=True,
             default="",
@@ -162,7 +167,7 @@ class RunGraphApi(APIView):
     """The run as a graph with server-computed positions: nodes, edges, groups (rounds)."""
 
     class QuerySerializer(serializers.Serializer):
-        round = serializers.IntegerField(
+        round = WholeNumberField(
             required=False,
             min_value=0,
             max_value=32767,

@@ -4,7 +4,7 @@ DRF answers errors the same way for every view: ``{"detail": "..."}`` (401, 403,
 415) or, for invalid input, an object keyed by field (400). Writing these on each view would
 repeat them and drift; this hook documents them for every operation from what the operation
 takes (path parameters, query parameters, a body), so the schema lists every status a client
-can get.
+can get. It also says that an empty optional query parameter counts as absent, as DRF reads it.
 """
 
 from __future__ import annotations
@@ -54,6 +54,10 @@ def document_error_responses(result: dict[str, Any], generator, request, public)
             if operation is None:
                 continue
             parameters = operation.get("parameters", [])
+            for parameter in parameters:
+                # DRF reads an empty optional query parameter (``?pool=``) as an absent one.
+                if parameter.get("in") == "query" and not parameter.get("required"):
+                    parameter["allowEmptyValue"] = True
             errors = {
                 "401": _response("Not authenticated (a token that is not valid).", DETAIL),
                 "403": _response("Not authenticated, or not allowed to do this.", DETAIL),
