@@ -53,7 +53,16 @@ class BoundedJSONParser(JSONParser):
 
 def check_json_depth(text: str, *, limit: int = MAX_JSON_DEPTH) -> None:
     """Raise ValidationError, keyed by the top-level field it is in, if the JSON ``text`` nests
-    arrays and objects deeper than ``limit``. Linear in the length of the text; never recurses."""
+    arrays and objects deeper than ``limit``."""
+    field = too_deep_in(text, limit=limit)
+    if field is not None:
+        raise ValidationError({field: [f"Nested deeper than {limit} levels."]})
+
+
+def too_deep_in(text: str, *, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """The top-level key (BODY when there is none) under which the JSON ``text`` first nests
+    arrays and objects deeper than ``limit``; None when it never does. Linear in the length of
+    the text, and never recurses."""
     depth = 0
     field = BODY
     for token in _TOKENS.finditer(text):
@@ -64,9 +73,10 @@ def check_json_depth(text: str, *, limit: int = MAX_JSON_DEPTH) -> None:
         elif first in "[{":
             depth += 1
             if depth > limit:
-                raise ValidationError({field: [f"Nested deeper than {limit} levels."]})
+                return field
         else:
             depth -= 1
+    return None
 
 
 def _key(quoted: str) -> str:
