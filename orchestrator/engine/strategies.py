@@ -139,7 +139,10 @@ def _reject_unknown(name: str, options: Mapping, *, allowed: tuple[str, ...]) ->
     unknown = sorted(str(key) for key in options if key not in allowed)
     if unknown:
         takes = ", ".join(allowed) if allowed else "no options"
-        raise ValueError(f'strategy "{name}" has no option {", ".join(unknown)} (it takes {takes})')
+        named = ", ".join(_shown(key, limit=40).strip("'") for key in unknown[:5])
+        if len(unknown) > 5:
+            named += f" and {len(unknown) - 5} more"
+        raise ValueError(f'strategy "{name}" has no option {named} (it takes {takes})')
 
 
 def check_fits(strategy: Strategy, *, pool_size: int, settings: RunSettings) -> None:

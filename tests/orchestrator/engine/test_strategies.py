@@ -214,6 +214,13 @@ def test_every_numeric_option_has_a_maximum_checked_before_building(name, option
     assert len(str(excinfo.value)) < 300  # a huge option is not echoed back whole
 
 
+def test_many_unknown_options_are_named_briefly():
+    options = {f"option{n:05d}" + "x" * 1000: 1 for n in range(10_000)}
+    with pytest.raises(ValueError, match=r"no option option00000x+\.\.\., .* and 9995 more") as e:
+        build_strategy("single", options=options)
+    assert len(str(e.value)) < 400
+
+
 def test_the_largest_allowed_options_are_accepted():
     assert build_strategy("reflection", options={"rounds": MAX_REFLECTION_ROUNDS})
     assert build_strategy("moa", options={"proposers": [MAX_WORKER_INDEX] * MAX_PROPOSERS})
