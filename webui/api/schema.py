@@ -1,10 +1,9 @@
 """The error responses every operation can give, added to the OpenAPI schema in one place.
 
-DRF answers errors the same way for every view: ``{"detail": "..."}`` (401, 403, 404, 413,
-415) or, for invalid input, an object keyed by field (400). Writing these on each view would
-repeat them and drift; this hook documents them for every operation from what the operation
-takes (path parameters, query parameters, a body), so the schema lists every status a client
-can get. It also says that an empty optional query parameter counts as absent, as DRF reads it.
+DRF answers errors the same way for every view: ``{"detail": "..."}`` (403, 404, 413, 415)
+or, for invalid input, an object keyed by field (400). Writing these on each view would repeat
+them and drift; this hook documents them for every operation from what the operation takes
+(path parameters, query parameters, a body), so the schema lists every status a client can get. It also says that an empty optional query parameter counts as absent, as DRF reads it.
 """
 
 from __future__ import annotations
@@ -58,9 +57,12 @@ def document_error_responses(result: dict[str, Any], generator, request, public)
                 # DRF reads an empty optional query parameter (``?pool=``) as an absent one.
                 if parameter.get("in") == "query" and not parameter.get("required"):
                     parameter["allowEmptyValue"] = True
+            # DRF answers a missing or wrong credential with 403, not 401: the first
+            # authentication class (session) sends no WWW-Authenticate challenge.
             errors = {
-                "401": _response("Not authenticated (a token that is not valid).", DETAIL),
-                "403": _response("Not authenticated, or not allowed to do this.", DETAIL),
+                "403": _response(
+                    "Not authenticated (no session, no valid token), or not allowed.", DETAIL
+                ),
             }
             if any(parameter.get("in") == "query" for parameter in parameters):
                 errors["400"] = _response("Invalid input.", INVALID)
