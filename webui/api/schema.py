@@ -3,7 +3,8 @@
 DRF answers errors the same way for every view: ``{"detail": "..."}`` (403, 404, 413, 415)
 or, for invalid input, an object keyed by field (400). Writing these on each view would repeat
 them and drift; this hook documents them for every operation from what the operation takes
-(path parameters, query parameters, a body), so the schema lists every status a client can get. It also says that an empty optional query parameter counts as absent, as DRF reads it.
+(path parameters, query parameters, a body), so the schema lists every status a client can get.
+It also says that an empty optional query parameter counts as absent, as DRF reads it.
 """
 
 from __future__ import annotations
