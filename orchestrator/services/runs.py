@@ -66,8 +66,9 @@ def run_create(
     project (PermissionDenied otherwise). Raises ValidationError keyed by field (input,
     reference, strategy, strategy_options, pool, grader) for bad input, among them a question or
     reference over ``CONDUCTOR_MAX_TEXT_BYTES``, an option past its bound, and a strategy whose
-    steps would not fit the pool's ``max_steps`` × ``max_rounds``. With no ``grader`` but a reference, the grader
-    is chosen from the reference's form (a number: numeric; a letter: choice; else exact).
+    steps would not fit the pool's ``max_steps`` × ``max_rounds``. With no ``grader`` but a
+    reference, the grader is chosen from the reference's form (a number: numeric; a letter:
+    choice; else exact).
     Publishes ``run.status`` queued. ``enqueue=False`` leaves execution to the caller (the CLI).
     """
     if created_by is not None and not user_can_run(user=created_by, project=pool.project_id):

@@ -60,7 +60,7 @@ def wsgi_app():
 
 @pytest.fixture
 def stored_runs(sim_pool, project):
-    """Runs to look at: a finished conductor run with plans and steps, a failed one, a queued one."""
+    """Runs to look at: a finished conductor run (plans, steps), a failed one, a queued one."""
     finished = run_create(pool=sim_pool, input="What is 17 * 23?", reference="391", enqueue=False)
     run_execute(run_id=finished.pk)
     broke = make_pool(project=project, workers=1, token_budget=1)
