@@ -54,7 +54,8 @@ class RunFilterForm(forms.Form):
         # Dates are whole days in the site's time zone: "To" includes the day it names.
         if data.get("created_after"):
             filters["created_after"] = _start_of_day(data["created_after"])
-        if data.get("created_before"):
+        # The last day a date can name (9999-12-31) has no day after it: no upper bound then.
+        if data.get("created_before") and data["created_before"] < dt.date.max:
             filters["created_before"] = _start_of_day(data["created_before"] + dt.timedelta(days=1))
         return filters
 

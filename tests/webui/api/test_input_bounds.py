@@ -98,6 +98,17 @@ def test_a_huge_page_on_the_runs_page_is_reported_not_a_500(page_client, sim_poo
 
 
 @pytest.mark.parametrize(
+    ("query", "shown"),
+    [({"created_before": "9999-12-31"}, True), ({"created_after": "9999-12-31"}, False)],
+)
+def test_the_last_day_there_is_filters_without_a_500(page_client, sim_pool, query, shown):
+    run = make_run(pool=sim_pool)
+    response = page_client.get("/", query)
+    assert response.status_code == 200
+    assert (f'data-run-id="{run.pk}"' in response.content.decode()) is shown
+
+
+@pytest.mark.parametrize(
     ("body", "field"),
     [("[" * DEEP + "]" * DEEP, "non_field_errors"), ('{"a":' * DEEP + "1" + "}" * DEEP, "a")],
 )
