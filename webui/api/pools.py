@@ -50,6 +50,12 @@ class PoolListApi(APIView):
         conductor_model = serializers.CharField()
         max_steps = serializers.IntegerField()
         max_rounds = serializers.IntegerField()
+        token_budget = serializers.IntegerField(
+            allow_null=True, help_text="Tokens one run may use; null: no limit."
+        )
+        cost_budget = serializers.FloatField(
+            allow_null=True, help_text="Dollars one run may cost; null: no limit."
+        )
         access_mode = serializers.CharField()
         can_run = serializers.SerializerMethodField()
         workers = PoolWorkerOutputSerializer(source="enabled_workers", many=True)
