@@ -99,13 +99,18 @@ def test_every_operation_keeps_to_its_schema(wsgi_app, project_admin, sim_pool, 
         data_dependent = (operation.method.upper(), operation.path) in DATA_DEPENDENT
         excluded = [positive_data_acceptance] if data_dependent else []
         path_names = [parameter.name for parameter in operation.path_parameters]
-        variants: list[tuple[str, dict[str, Any] | None, Any]] = [("generated", None, None)]
+        # (name, modes, fixed path parameters, change to each generated case)
+        variants: list[tuple[str, tuple, dict[str, Any] | None, Any]] = [
+            ("generated", MODES, None, None)
+        ]
         if path_names:  # also on rows that exist, not only on ids no one has
-            variants.append(("existing", {name: known_ids[name] for name in path_names}, None))
-        if operation.body:  # also with a pool the user may run on
-            variants.append(("real pool", None, _with_body_values({"pool": sim_pool.pk})))
-        for mode in MODES:
-            for variant, path_parameters, transform in variants:
+            existing = {name: known_ids[name] for name in path_names}
+            variants.append(("existing", MODES, existing, None))
+        if operation.body:  # also valid requests on a pool the user may run on
+            with_pool = _with_body_values({"pool": sim_pool.pk})
+            variants.append(("real pool", MODES[:1], None, with_pool))
+        for variant, modes, path_parameters, transform in variants:
+            for mode in modes:
                 strategy = operation.as_strategy(
                     generation_mode=mode, path_parameters=path_parameters
                 )
