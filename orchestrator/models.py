@@ -7,8 +7,15 @@ through ``orchestrator.selectors``.
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+
+from orchestrator.engine.types import (
+    DEFAULT_COST_BUDGET,
+    DEFAULT_TOKEN_BUDGET,
+    MAX_ROUNDS,
+    MAX_STEPS_PER_ROUND,
+)
 
 ENV_VAR_NAME = RegexValidator(
     r"^[A-Za-z_][A-Za-z0-9_]*$",
@@ -71,13 +78,35 @@ class Pool(models.Model):
         help_text="Name of the environment variable holding the conductor's API key.",
     )
     conductor_params = models.JSONField(default=dict, blank=True)
-    max_steps = models.PositiveSmallIntegerField(default=5, validators=[MinValueValidator(1)])
-    max_rounds = models.PositiveSmallIntegerField(default=2, validators=[MinValueValidator(1)])
+    max_steps = models.PositiveSmallIntegerField(
+        default=5,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_STEPS_PER_ROUND)],
+        help_text=f"Steps per round, 1 to {MAX_STEPS_PER_ROUND}.",
+    )
+    max_rounds = models.PositiveSmallIntegerField(
+        default=2,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_ROUNDS)],
+        help_text=(
+            f"Rounds, 1 to {MAX_ROUNDS}. No run holds more than steps per round × rounds steps, "
+            "whatever its strategy."
+        ),
+    )
     access_mode = models.CharField(max_length=6, choices=AccessMode.choices, default=AccessMode.FINE)
     show_worker_names = models.BooleanField(default=True)
     step_timeout = models.FloatField(default=120.0, validators=[MinValueValidator(0.1)])
-    token_budget = models.PositiveIntegerField(null=True, blank=True)
-    cost_budget = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.0)])
+    token_budget = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=DEFAULT_TOKEN_BUDGET,
+        help_text="Tokens (in + out, the conductor's included) one run may use; empty: no limit.",
+    )
+    cost_budget = models.FloatField(
+        null=True,
+        blank=True,
+        default=DEFAULT_COST_BUDGET,
+        validators=[MinValueValidator(0.0)],
+        help_text="Dollars one run may cost; empty: no limit.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

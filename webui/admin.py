@@ -6,9 +6,33 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from django import forms
 from django.contrib import admin
+from django.db import models
+from django.forms.fields import InvalidJSONInput
 
 from orchestrator.models import Membership, Plan, Pool, Project, Run, RunEvent, Step, Worker
+from webui.api.parsers import MAX_JSON_DEPTH, too_deep_in
+
+
+class BoundedJSONFormField(forms.JSONField):
+    """A JSON form field that refuses deep nesting before decoding it: Python's json decoder
+    recurses per level and fails with RecursionError (a 500) on a few thousand."""
+
+    default_error_messages = {"too_deep": f"Nested deeper than {MAX_JSON_DEPTH} levels."}
+
+    def to_python(self, value):
+        if isinstance(value, str) and too_deep_in(value) is not None:
+            raise forms.ValidationError(self.error_messages["too_deep"], code="too_deep")
+        return super().to_python(value)
+
+    def bound_data(self, data, initial):
+        if isinstance(data, str) and too_deep_in(data) is not None:
+            return InvalidJSONInput(data)  # shown back as typed, with the error
+        return super().bound_data(data, initial)
+
+
+BOUNDED_JSON: dict = {models.JSONField: {"form_class": BoundedJSONFormField}}
 
 
 class MembershipInline(admin.TabularInline):
@@ -36,6 +60,7 @@ class MembershipAdmin(admin.ModelAdmin):
 class WorkerInline(admin.TabularInline):
     model = Worker
     extra = 0
+    formfield_overrides = BOUNDED_JSON
     fields = (
         "position",
         "name",
@@ -56,6 +81,7 @@ class PoolAdmin(admin.ModelAdmin):
     list_filter = ("project", "access_mode")
     search_fields = ("name", "description")
     inlines = (WorkerInline,)
+    formfield_overrides = BOUNDED_JSON
     fieldsets = (
         (None, {"fields": ["project", "name", "description"]}),
         (
@@ -82,6 +108,7 @@ class WorkerAdmin(admin.ModelAdmin):
     list_display = ("name", "model", "pool", "position", "api_key_env", "enabled")
     list_filter = ("enabled", "pool")
     search_fields = ("name", "model")
+    formfield_overrides = BOUNDED_JSON
 
 
 class ReadOnlyInline(admin.TabularInline):

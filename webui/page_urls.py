@@ -2,9 +2,10 @@
 
 from django.urls import path
 
+import webui.converters  # noqa: F401  (registers the <id:...> path converter)
 from webui import views
 
 urlpatterns = [
     path("", views.runs_list, name="runs"),
-    path("runs/<int:run_id>/", views.run_detail, name="run-detail"),
+    path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
 ]

@@ -212,3 +212,19 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"LiteLLM": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
 }
+
+# Bounded input -----------------------------------------------------------------------------------
+# The longest question or reference a run accepts, in UTF-8 bytes (refused with a 400 naming it).
+CONDUCTOR_MAX_TEXT_BYTES = int(os.environ.get("CONDUCTOR_MAX_TEXT_BYTES", str(100 * 1024)))
+# A larger request body is refused with a 413 before it is parsed. Room for a question and a
+# reference at the limit even when every character arrives JSON-escaped (six bytes each).
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(2_621_440, 13 * CONDUCTOR_MAX_TEXT_BYTES)
+REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = ["webui.api.parsers.BoundedJSONParser"]
+REST_FRAMEWORK["EXCEPTION_HANDLER"] = "webui.api.errors.exception_handler"
+SPECTACULAR_SETTINGS["PATH_CONVERTER_OVERRIDES"] = {
+    "id": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+}
+SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = [
+    "drf_spectacular.hooks.postprocess_schema_enums",
+    "webui.api.schema.document_error_responses",
+]

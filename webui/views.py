@@ -14,6 +14,7 @@ from django.utils import timezone
 from orchestrator import events, selectors
 from orchestrator.engine.strategies import STRATEGIES
 from orchestrator.models import Pool, Run
+from webui.api.pagination import MAX_PAGE
 
 PAGE_SIZE = 50
 LINE_LIMIT = 160
@@ -32,7 +33,7 @@ class RunFilterForm(forms.Form):
     score_min = forms.FloatField(required=False, label="Score ≥")
     score_max = forms.FloatField(required=False, label="Score ≤")
     q = forms.CharField(required=False, max_length=200, strip=True, label="Text")
-    page = forms.IntegerField(required=False, min_value=1)
+    page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
 
     def __init__(self, data: Any, *, pools: list[Pool], strategies: tuple[str, ...]):
         super().__init__(data)
@@ -53,7 +54,8 @@ class RunFilterForm(forms.Form):
         # Dates are whole days in the site's time zone: "To" includes the day it names.
         if data.get("created_after"):
             filters["created_after"] = _start_of_day(data["created_after"])
-        if data.get("created_before"):
+        # The last day a date can name (9999-12-31) has no day after it: no upper bound then.
+        if data.get("created_before") and data["created_before"] < dt.date.max:
             filters["created_before"] = _start_of_day(data["created_before"] + dt.timedelta(days=1))
         return filters
 

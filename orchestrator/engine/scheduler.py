@@ -179,6 +179,15 @@ class _Run:
             if problem:
                 self.error = f"round {round_}: invalid workflow: {problem}"
                 break
+            limit = self.settings.max_run_steps
+            if len(self.steps) + len(workflow.steps) > limit:
+                self.error = (
+                    f"round {round_}: the workflow would bring the run to "
+                    f"{len(self.steps) + len(workflow.steps)} steps, but the pool allows at "
+                    f"most {limit} ({self.settings.max_steps} steps per round × "
+                    f"{self.settings.max_rounds} rounds)"
+                )
+                break
             records = self._records(round_, workflow)
             self.steps.extend(records)
             if round_ not in self.resume.plans:

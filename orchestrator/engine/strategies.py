@@ -26,6 +26,13 @@ from orchestrator.engine.types import (
 STRATEGIES: Final = ("conductor", "single", "reflection", "moa")
 """Every name build_strategy accepts."""
 
+MAX_WORKER_INDEX: Final = 99
+"""The highest worker index an option may name (``worker``, ``aggregator``, ``proposers``)."""
+MAX_REFLECTION_ROUNDS: Final = 20
+"""The most reviews ``reflection`` may chain after its first answer."""
+MAX_PROPOSERS: Final = 20
+"""The most proposers ``moa`` may list."""
+
 ANSWER_LINE = 'End with a final line of the form "Answer: ...".'
 
 SOLVE = "Solve the question. Work through it step by step. " + ANSWER_LINE
@@ -43,15 +50,19 @@ AGGREGATE = (
 class FixedStrategy:
     """A Strategy that runs one fixed workflow in round 0 and then stops.
 
-    ``build`` receives the pool, so defaults that depend on its size (MoA's proposers) are
+    ``build`` receives the pool's size, so defaults that depend on it (MoA's proposers) are
     resolved when the run starts. Worker indices are checked against the pool by the scheduler.
     """
 
     max_rounds = 1
 
-    def __init__(self, name: str, build: Callable[[Sequence[WorkerInfo]], Workflow]) -> None:
+    def __init__(self, name: str, build: Callable[[int], Workflow]) -> None:
         self.name = name
         self.build = build
+
+    def workflow_for(self, pool_size: int) -> Workflow:
+        """The workflow this strategy runs on a pool of ``pool_size`` workers."""
+        return self.build(pool_size)
 
     async def plan(
         self,
@@ -64,7 +75,7 @@ class FixedStrategy:
     ) -> PlanRecord | None:
         if round > 0:
             return None
-        return PlanRecord(round=0, strategy=self.name, workflow=self.build(workers))
+        return PlanRecord(round=0, strategy=self.name, workflow=self.build(len(workers)))
 
 
 def build_strategy(
@@ -75,10 +86,13 @@ def build_strategy(
     - ``conductor``: the PromptedConductor over the ``conductor`` client; no options.
     - ``single``: ``worker`` (default 0) answers alone.
     - ``reflection``: ``worker`` (default 0) solves, then reviews its previous answer
-      ``rounds`` times (default 3), each step reading only the one before.
-    - ``moa``: ``proposers`` (default every worker but the aggregator) answer independently,
-      then ``aggregator`` (default 0) combines all their answers.
+      ``rounds`` times (default 3, at most MAX_REFLECTION_ROUNDS), each step reading only the
+      one before.
+    - ``moa``: ``proposers`` (default every worker but the aggregator; at most MAX_PROPOSERS)
+      answer independently, then ``aggregator`` (default 0) combines all their answers.
 
+    A worker index is at most MAX_WORKER_INDEX (and must exist in the pool, which the caller and
+    the scheduler check). Every option is checked against its bounds before anything is built.
     Raises ValueError naming an unknown strategy, an unknown option or a bad option value.
     """
     options = dict(options or {})
@@ -91,25 +105,27 @@ def build_strategy(
         _reject_unknown(name, options, allowed=("worker",))
         worker = _index(name, options, "worker", default=0)
         workflow = Workflow((StepSpec(worker, SOLVE, ()),))
-        return FixedStrategy(name, lambda workers: workflow)
+        return FixedStrategy(name, lambda pool_size: workflow)
     if name == "reflection":
         _reject_unknown(name, options, allowed=("worker", "rounds"))
         worker = _index(name, options, "worker", default=0)
-        rounds = _index(name, options, "rounds", default=3, minimum=1)
+        rounds = _index(
+            name, options, "rounds", default=3, minimum=1, maximum=MAX_REFLECTION_ROUNDS
+        )
         steps = [StepSpec(worker, SOLVE, ())]
         steps += [StepSpec(worker, REFLECT, (index,)) for index in range(rounds)]
         workflow = Workflow(tuple(steps))
-        return FixedStrategy(name, lambda workers: workflow)
+        return FixedStrategy(name, lambda pool_size: workflow)
     if name == "moa":
         _reject_unknown(name, options, allowed=("proposers", "aggregator"))
         aggregator = _index(name, options, "aggregator", default=0)
         proposers = _indices(name, options, "proposers")
 
-        def build(workers: Sequence[WorkerInfo]) -> Workflow:
+        def build(pool_size: int) -> Workflow:
             chosen = proposers
             if chosen is None:
                 # A pool of one has no other worker: the aggregator also proposes.
-                chosen = [i for i in range(len(workers)) if i != aggregator] or [aggregator]
+                chosen = [i for i in range(pool_size) if i != aggregator] or [aggregator]
             steps = [StepSpec(worker, PROPOSE, ()) for worker in chosen]
             steps.append(StepSpec(aggregator, AGGREGATE, ALL))
             return Workflow(tuple(steps))
@@ -123,27 +139,67 @@ def _reject_unknown(name: str, options: Mapping, *, allowed: tuple[str, ...]) ->
     unknown = sorted(str(key) for key in options if key not in allowed)
     if unknown:
         takes = ", ".join(allowed) if allowed else "no options"
-        raise ValueError(f'strategy "{name}" has no option {", ".join(unknown)} (it takes {takes})')
+        named = ", ".join(_shown(key, limit=40).strip("'") for key in unknown[:5])
+        if len(unknown) > 5:
+            named += f" and {len(unknown) - 5} more"
+        raise ValueError(f'strategy "{name}" has no option {named} (it takes {takes})')
+
+
+def check_fits(strategy: Strategy, *, pool_size: int, settings: RunSettings) -> None:
+    """Raise ValueError if ``strategy`` would hold more steps than ``settings`` allow a run.
+
+    A fixed strategy's one workflow is known in advance; the conductor's rounds are each bounded
+    by ``max_steps`` when they are parsed, so it always fits.
+    """
+    if not isinstance(strategy, FixedStrategy):
+        return
+    count = len(strategy.workflow_for(pool_size).steps)
+    if count > settings.max_run_steps:
+        raise ValueError(
+            f'strategy "{strategy.name}" would run {count} steps, but the pool allows at most '
+            f"{settings.max_run_steps} in a run ({settings.max_steps} steps per round × "
+            f"{settings.max_rounds} rounds)"
+        )
+
+
+_MAX_DIGITS = 9
+"""Longer digit strings are refused before int() (which is slow on huge ones) sees them."""
 
 
 def _as_int(value: object) -> int | None:
-    """An int from an int or a string of digits (forms send strings); None otherwise."""
+    """An int from an int or a string of ASCII digits (forms send strings); None otherwise."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
+    if isinstance(value, str):
+        text = value.strip()
+        if text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS:
+            return int(text)
     return None
 
 
-def _index(name: str, options: Mapping, key: str, *, default: int, minimum: int = 0) -> int:
+def _shown(value: object, limit: int = 60) -> str:
+    """``repr(value)``, cut short: an error message must not echo a huge option back."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _index(
+    name: str,
+    options: Mapping,
+    key: str,
+    *,
+    default: int,
+    minimum: int = 0,
+    maximum: int = MAX_WORKER_INDEX,
+) -> int:
     value = options.get(key, default)
     number = _as_int(value)
-    if number is None or number < minimum:
+    if number is None or not minimum <= number <= maximum:
         raise ValueError(
-            f'strategy "{name}": option {key} must be an integer of at least {minimum}, '
-            f"not {value!r}"
+            f'strategy "{name}": option {key} must be an integer from {minimum} to {maximum}, '
+            f"not {_shown(value)}"
         )
     return number
 
@@ -155,10 +211,17 @@ def _indices(name: str, options: Mapping, key: str) -> list[int] | None:
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)):
         raise ValueError(f'strategy "{name}": option {key} must be a list of worker indices')
-    numbers = [_as_int(item) for item in items]
-    if not numbers or any(number is None or number < 0 for number in numbers):
+    if len(items) > MAX_PROPOSERS:
         raise ValueError(
-            f'strategy "{name}": option {key} must be a non-empty list of worker indices, '
-            f"not {value!r}"
+            f'strategy "{name}": option {key} lists {len(items)} workers, but at most '
+            f"{MAX_PROPOSERS} are allowed"
+        )
+    numbers = [_as_int(item) for item in items]
+    if not numbers or any(
+        number is None or not 0 <= number <= MAX_WORKER_INDEX for number in numbers
+    ):
+        raise ValueError(
+            f'strategy "{name}": option {key} must be a non-empty list of worker indices '
+            f"from 0 to {MAX_WORKER_INDEX}, not {_shown(value)}"
         )
     return numbers  # type: ignore[return-value]

@@ -109,6 +109,22 @@ class RunSettings:
     token_budget: int | None = None
     cost_budget: float | None = None
 
+    @property
+    def max_run_steps(self) -> int:
+        """The most steps a run may hold over all its rounds; every strategy is held to it."""
+        return self.max_steps * self.max_rounds
+
+
+MAX_STEPS_PER_ROUND: Final = 20
+"""The most steps a pool may allow in one round (``RunSettings.max_steps``)."""
+MAX_ROUNDS: Final = 10
+"""The most rounds a pool may allow (``RunSettings.max_rounds``)."""
+
+DEFAULT_TOKEN_BUDGET: Final = 200_000
+"""Tokens (in + out, the conductor's included) a run of a pool may use unless its admin says."""
+DEFAULT_COST_BUDGET: Final = 2.0
+"""Dollars a run of a pool may cost unless its admin says otherwise."""
+
 
 @dataclass(slots=True)
 class PlanAttempt:

@@ -15,6 +15,8 @@ POOL_FIELDS = (
     "conductor_params",
     "max_steps",
     "max_rounds",
+    "token_budget",
+    "cost_budget",
     "access_mode",
     "show_worker_names",
 )

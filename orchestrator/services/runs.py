@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
@@ -19,7 +20,7 @@ from django.utils import timezone
 from orchestrator import events
 from orchestrator.engine.grading import GRADER_KINDS, parse_number
 from orchestrator.engine.scheduler import execute_run
-from orchestrator.engine.strategies import STRATEGIES, build_strategy
+from orchestrator.engine.strategies import STRATEGIES, build_strategy, check_fits
 from orchestrator.engine.types import (
     Completion,
     Message,
@@ -70,10 +71,12 @@ def run_create(
 
     ``created_by`` (a user, or None for the CLI) must be an admin or reviewer of the pool's
     project, and an admin to set a ``code`` grader, whose reference runs as code
-    (PermissionDenied otherwise). Raises ValidationError keyed by field (input, strategy,
-    strategy_options, pool, grader) for bad input, and on ``grader`` when code grading is off or
-    its sandbox cannot run here. With no ``grader`` but a reference, the grader
-    is chosen from the reference's form (a number: numeric; a letter: choice; else exact).
+    (PermissionDenied otherwise). Raises ValidationError keyed by field (input, reference,
+    strategy, strategy_options, pool, grader) for bad input, among them a question or reference
+    over ``CONDUCTOR_MAX_TEXT_BYTES``, an option past its bound, a strategy whose steps would not
+    fit the pool's ``max_steps`` × ``max_rounds``, and a code grader when code grading is off or
+    its sandbox cannot run here. With no ``grader`` but a reference, the grader is chosen from the
+    reference's form (a number: numeric; a letter: choice; else exact).
     Publishes ``run.status`` queued. ``enqueue=False`` leaves execution to the caller (the CLI).
     """
     if created_by is not None and not user_can_run(user=created_by, project=pool.project_id):
@@ -92,6 +95,10 @@ def run_create(
     errors: dict[str, list[str]] = {}
     if not (input or "").strip():
         errors["input"] = ["Give a question."]
+    for field, text in (("input", input or ""), ("reference", reference)):
+        problem = text_size_problem(text)
+        if problem:
+            errors[field] = [problem]
     enabled_workers = pool.workers.filter(enabled=True).count()
     if enabled_workers == 0:
         errors["pool"] = [f'Pool "{pool.name}" has no enabled worker.']
@@ -101,13 +108,18 @@ def run_create(
         ]
     else:
         try:
-            build_strategy(strategy, conductor=_VALIDATION_ONLY_CLIENT, options=options)
+            built = build_strategy(strategy, conductor=_VALIDATION_ONLY_CLIENT, options=options)
         except ValueError as error:
             errors["strategy_options"] = [str(error)]
         else:
             problem = _worker_option_problem(options, enabled_workers)
             if problem and enabled_workers:
                 errors["strategy_options"] = [problem]
+            elif enabled_workers:
+                try:
+                    check_fits(built, pool_size=enabled_workers, settings=run_settings_for(pool))
+                except ValueError as error:
+                    errors["strategy_options"] = [str(error)]
     if grader and grader not in GRADER_KINDS:
         errors["grader"] = [f'Unknown grader "{grader}". Choose one of: {", ".join(GRADER_KINDS)}.']
     elif grader == "code" and reference:
@@ -138,6 +150,22 @@ def run_create(
             transaction.on_commit(lambda: run_enqueue(run_id=run_id))
     run.refresh_from_db(fields=["last_seq"])
     return run
+
+
+def text_size_problem(text: str) -> str:
+    """Why ``text`` is too long for a question or a reference, or "" when it fits within
+    ``settings.CONDUCTOR_MAX_TEXT_BYTES`` (UTF-8 bytes)."""
+    limit = settings.CONDUCTOR_MAX_TEXT_BYTES
+    if len(text) * 4 <= limit:  # no character takes more than four bytes
+        return ""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size <= limit:
+        return ""
+    in_kb = f" ({limit // 1024} KB)" if limit % 1024 == 0 else ""
+    return (
+        f"Too long: {size:,} bytes in UTF-8; the limit is {limit:,} bytes{in_kb} "
+        "(CONDUCTOR_MAX_TEXT_BYTES)."
+    )
 
 
 def default_grader(reference: str) -> str:
@@ -473,6 +501,7 @@ def _sqlite_busy_timeout(seconds: float) -> Iterator[None]:
 
 __all__ = [
     "default_grader",
+    "text_size_problem",
     "run_cancel",
     "run_create",
     "run_execute",

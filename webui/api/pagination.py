@@ -12,8 +12,13 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 
+MAX_PAGE = 100_000
+"""The highest page number a list accepts (pages and the API alike): a larger one would ask the
+database for an offset past its integer range (a 500), and no one pages that far."""
+
+
 class PagePagination(BasePagination):
-    """``?page=N`` (from 1) and ``?page_size=M`` (at most MAX_PAGE_SIZE).
+    """``?page=N`` (from 1, at most MAX_PAGE) and ``?page_size=M`` (at most MAX_PAGE_SIZE).
 
     Fetches one row more than the page to know whether a next page exists, instead of counting
     every matching row (which costs a scan of the filtered table).
@@ -24,7 +29,7 @@ class PagePagination(BasePagination):
 
     def paginate_queryset(self, queryset: QuerySet, request: Request, view: Any = None) -> list:
         self.request = request
-        self.page = self._positive_int(request, "page", 1, maximum=None)
+        self.page = self._positive_int(request, "page", 1, maximum=MAX_PAGE, refuse_above=True)
         self.page_size = self._positive_int(
             request, "page_size", self.PAGE_SIZE, maximum=self.MAX_PAGE_SIZE
         )
@@ -34,16 +39,22 @@ class PagePagination(BasePagination):
         return rows[: self.page_size]
 
     def _positive_int(
-        self, request: Request, name: str, default: int, *, maximum: int | None
+        self, request: Request, name: str, default: int, *, maximum: int, refuse_above: bool = False
     ) -> int:
+        """The parameter ``name`` as a whole number from 1; above ``maximum`` it is refused
+        (``refuse_above``) or lowered to it."""
         raw = request.query_params.get(name)
         if raw in (None, ""):
             return default
         # isdigit() alone accepts "²", which int() refuses: that was a 500, not a 400.
-        if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+        digits = raw.lstrip("0") if raw.isascii() and raw.isdigit() else ""
+        if not digits:
             raise ValidationError({name: ["Give a positive whole number."]})
-        value = int(raw)
-        return min(value, maximum) if maximum else value
+        # int() of thousands of digits is slow (and refused past 4,300): the length says enough.
+        value = int(digits) if len(digits) <= len(str(maximum)) else maximum + 1
+        if value > maximum and refuse_above:
+            raise ValidationError({name: [f"Give a whole number from 1 to {maximum}."]})
+        return min(value, maximum)
 
     def get_paginated_response(self, data: list) -> Response:
         url = self.request.build_absolute_uri()
@@ -76,8 +87,8 @@ class PagePagination(BasePagination):
                 "name": "page",
                 "required": False,
                 "in": "query",
-                "description": "Page number, from 1.",
-                "schema": {"type": "integer", "minimum": 1},
+                "description": f"Page number, from 1 to {MAX_PAGE}.",
+                "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
             },
             {
                 "name": "page_size",

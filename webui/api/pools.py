@@ -32,7 +32,7 @@ class PoolWorkerOutputSerializer(serializers.Serializer):
         help_text="Name of the environment variable holding the key (admins only; never the key)."
     )
 
-    @extend_schema_field(OpenApiTypes.STR)
+    @extend_schema_field(serializers.CharField(allow_null=True))
     def get_api_key_env(self, worker) -> str | None:
         is_admin = self.context["pool_roles"].get(worker.pool_id) == Membership.Role.ADMIN
         return worker.api_key_env if is_admin else None
@@ -50,6 +50,12 @@ class PoolListApi(APIView):
         conductor_model = serializers.CharField()
         max_steps = serializers.IntegerField()
         max_rounds = serializers.IntegerField()
+        token_budget = serializers.IntegerField(
+            allow_null=True, help_text="Tokens one run may use; null: no limit."
+        )
+        cost_budget = serializers.FloatField(
+            allow_null=True, help_text="Dollars one run may cost; null: no limit."
+        )
         access_mode = serializers.CharField()
         can_run = serializers.SerializerMethodField()
         workers = PoolWorkerOutputSerializer(source="enabled_workers", many=True)

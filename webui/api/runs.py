@@ -17,11 +17,22 @@ from rest_framework.views import APIView
 
 from orchestrator import selectors
 from orchestrator.engine.grading import GRADER_KINDS
-from orchestrator.engine.strategies import STRATEGIES
+from orchestrator.engine.strategies import (
+    MAX_PROPOSERS,
+    MAX_REFLECTION_ROUNDS,
+    MAX_WORKER_INDEX,
+    STRATEGIES,
+)
 from orchestrator.models import Run
 from orchestrator.services.runs import run_cancel, run_create
-from webui.api.pagination import PagePagination
-from webui.api.serializers import RunDetailOutputSerializer, RunSummaryOutputSerializer
+from webui.api.pagination import MAX_PAGE, PagePagination
+from webui.converters import MAX_ID
+from webui.api.serializers import (
+    RunDetailOutputSerializer,
+    RunSummaryOutputSerializer,
+    TextField,
+    WholeNumberField,
+)
 
 
 def validation_error_from_django(error: DjangoValidationError) -> ValidationError:
@@ -43,7 +54,7 @@ class RunListCreateApi(APIView):
 
     class FilterSerializer(serializers.Serializer):
         status = serializers.ChoiceField(choices=Run.Status.choices, required=False)
-        pool = serializers.IntegerField(required=False, min_value=1)
+        pool = WholeNumberField(required=False, min_value=1, max_value=MAX_ID)
         strategy = serializers.ChoiceField(choices=STRATEGIES, required=False)
         worker = serializers.CharField(
             required=False, max_length=100, help_text="A worker name used by any step."
@@ -57,11 +68,29 @@ class RunListCreateApi(APIView):
         )
 
     class CreateInputSerializer(serializers.Serializer):
-        input = serializers.CharField(help_text="The question.")
-        pool = serializers.IntegerField(help_text="Id of a pool of one of your projects.")
+        input = TextField(
+            help_text="The question; at most CONDUCTOR_MAX_TEXT_BYTES (100 KB) in UTF-8."
+        )
+        pool = WholeNumberField(
+            min_value=1, max_value=MAX_ID, help_text="Id of a pool of one of your projects."
+        )
         strategy = serializers.ChoiceField(choices=STRATEGIES, default="conductor")
-        strategy_options = serializers.DictField(required=False, default=dict)
-        reference = serializers.CharField(required=False, allow_blank=True, default="")
+        strategy_options = serializers.DictField(
+            required=False,
+            default=dict,
+            help_text=(
+                f"single: worker (0-{MAX_WORKER_INDEX}). reflection: worker, rounds "
+                f"(1-{MAX_REFLECTION_ROUNDS}). moa: proposers (a list of at most {MAX_PROPOSERS} "
+                "workers), aggregator. The steps a strategy runs must fit the pool's "
+                "max_steps × max_rounds."
+            ),
+        )
+        reference = TextField(
+            required=False,
+            allow_blank=True,
+            default="",
+            help_text="The expected answer; at most CONDUCTOR_MAX_TEXT_BYTES (100 KB) in UTF-8.",
+        )
         grader = serializers.ChoiceField(
             choices=["", *GRADER_KINDS],
             required=False,
@@ -77,10 +106,10 @@ class RunListCreateApi(APIView):
         parameters=[
             FilterSerializer,
             *[
-                OpenApiParameter(name, OpenApiTypes.INT, description=text)
-                for name, text in (
-                    ("page", "Page number, from 1."),
-                    ("page_size", "Runs per page (at most 200)."),
+                OpenApiParameter(parameter["name"], parameter["schema"], description=text)
+                for parameter, text in zip(
+                    PagePagination().get_schema_operation_parameters(None),
+                    (f"Page number, from 1 to {MAX_PAGE}.", "Runs per page (at most 200)."),
                 )
             ],
         ],
@@ -138,8 +167,11 @@ class RunGraphApi(APIView):
     """The run as a graph with server-computed positions: nodes, edges, groups (rounds)."""
 
     class QuerySerializer(serializers.Serializer):
-        round = serializers.IntegerField(
-            required=False, min_value=0, help_text="One round expanded (for a collapsed group)."
+        round = WholeNumberField(
+            required=False,
+            min_value=0,
+            max_value=32767,
+            help_text="One round expanded (for a collapsed group).",
         )
 
     @extend_schema(

@@ -1,13 +1,38 @@
-"""Output serializers shared by several API views (runs, steps, plans, totals, pools)."""
+"""Output serializers shared by several API views (runs, steps, plans, totals, pools), and the
+input fields they share."""
 
 from __future__ import annotations
 
+import re
+
 from django.urls import reverse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from orchestrator.models import Step
+
+
+class WholeNumberField(serializers.IntegerField):
+    """An integer written as one: DRF's IntegerField also takes "1.0", 1.0 and " 1", which the
+    schema (type integer) does not admit; this one takes an int or a string of ASCII digits."""
+
+    _DIGITS = re.compile(r"-?[0-9]+")
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not (
+            isinstance(data, int) or (isinstance(data, str) and self._DIGITS.fullmatch(data))
+        ):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class TextField(serializers.CharField):
+    """Text that must arrive as a string: DRF's CharField also turns 0 or 1.5 into "0", "1.5"."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
 
 
 class TotalsOutputSerializer(serializers.Serializer):
@@ -59,7 +84,7 @@ class RunSummaryOutputSerializer(RunPageUrlMixin):
     finished_at = serializers.DateTimeField(allow_null=True)
     last_seq = serializers.IntegerField(help_text="The seq of the run's latest live event.")
 
-    @extend_schema_field(OpenApiTypes.STR)
+    @extend_schema_field(serializers.CharField(allow_null=True))
     def get_created_by(self, run) -> str | None:
         return run.created_by.get_username() if run.created_by_id else None
 

@@ -1,16 +1,28 @@
 """REST API routes, under /api/."""
 
-from django.urls import path
+from django.http import HttpRequest, JsonResponse
+from django.urls import path, re_path
+from django.views.decorators.csrf import csrf_exempt
 
+import webui.converters  # noqa: F401  (registers the <id:...> path converter)
 from webui.api.pools import PoolListApi
 from webui.api.runs import RunCancelApi, RunDetailApi, RunGraphApi, RunListCreateApi
 from webui.api.steps import StepDetailApi
 
+
+@csrf_exempt  # it changes nothing, and a POST must get the 404 too, not a CSRF page
+def api_not_found(request: HttpRequest) -> JsonResponse:
+    """Any other path under /api/ (an id past the integer range, a typo): a 404 in the API's own
+    form, not the site's HTML page. Only paths ending in "/", so APPEND_SLASH still applies."""
+    return JsonResponse({"detail": "Not found."}, status=404)
+
+
 urlpatterns = [
     path("runs/", RunListCreateApi.as_view(), name="api-run-list"),
-    path("runs/<int:run_id>/", RunDetailApi.as_view(), name="api-run-detail"),
-    path("runs/<int:run_id>/graph/", RunGraphApi.as_view(), name="api-run-graph"),
-    path("runs/<int:run_id>/cancel/", RunCancelApi.as_view(), name="api-run-cancel"),
-    path("steps/<int:step_id>/", StepDetailApi.as_view(), name="api-step-detail"),
+    path("runs/<id:run_id>/", RunDetailApi.as_view(), name="api-run-detail"),
+    path("runs/<id:run_id>/graph/", RunGraphApi.as_view(), name="api-run-graph"),
+    path("runs/<id:run_id>/cancel/", RunCancelApi.as_view(), name="api-run-cancel"),
+    path("steps/<id:step_id>/", StepDetailApi.as_view(), name="api-step-detail"),
     path("pools/", PoolListApi.as_view(), name="api-pool-list"),
+    re_path(r"^.*/$", api_not_found),
 ]

@@ -37,7 +37,7 @@ def parse_option(text: str) -> tuple[str, Any]:
         raise CommandError(f"--option takes key=value, not {text!r}")
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting: the strategy refuses it as text
         value = raw
     return key.strip(), value
 
@@ -97,7 +97,10 @@ class Command(BaseCommand):
             action="append",
             default=[],
             metavar="KEY=VALUE",
-            help="A strategy option: --option worker=2, --option proposers=[0,1]; repeatable.",
+            help=(
+                "A strategy option: --option worker=2 (0-99), --option rounds=5 (reflection, "
+                "1-20), --option proposers=[0,1] (moa, at most 20); repeatable."
+            ),
         )
         parser.add_argument(
             "--reference", default="", help="The expected answer; the run is scored against it."

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.engine.types import DEFAULT_COST_BUDGET, DEFAULT_TOKEN_BUDGET
 from orchestrator.providers.simulator.suite import DOMAINS
 
 CONDUCTOR_MODEL = "sim/conductor"
@@ -117,6 +118,8 @@ class DemoPool:
     workers: tuple[DemoWorker, ...]
     max_steps: int = 5
     max_rounds: int = 2
+    token_budget: int = DEFAULT_TOKEN_BUDGET
+    cost_budget: float = DEFAULT_COST_BUDGET
     access_mode: str = "fine"
     show_worker_names: bool = True
     description: str = (

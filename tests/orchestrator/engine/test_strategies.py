@@ -1,8 +1,17 @@
+import time
+
 import pytest
 
 from orchestrator.engine.conductor import PromptedConductor
 from orchestrator.engine.scheduler import execute_run
-from orchestrator.engine.strategies import STRATEGIES, build_strategy
+from orchestrator.engine.strategies import (
+    MAX_PROPOSERS,
+    MAX_REFLECTION_ROUNDS,
+    MAX_WORKER_INDEX,
+    STRATEGIES,
+    build_strategy,
+    check_fits,
+)
 from orchestrator.engine.types import RunSettings
 from tests.orchestrator.engine.fakes import FakeClient, RecordingObserver, make_workers
 
@@ -178,3 +187,86 @@ async def test_baselines_run_on_the_scheduler_end_to_end():
     moa = await execute_run(question=QUESTION, strategy=build_strategy("moa"), workers=workers)
     assert (moa.answer, moa.totals.model_calls) == ("combined. Answer: 42", 3)
     assert len(moa.plans) == 1 and moa.plans[0].strategy == "moa"
+
+
+# Bounds ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, options, named",
+    [
+        ("reflection", {"rounds": 1_000_000_000}, "rounds must be an integer from 1 to 20"),
+        ("reflection", {"rounds": MAX_REFLECTION_ROUNDS + 1}, "from 1 to 20"),
+        ("reflection", {"rounds": "9" * 5000}, "rounds must be an integer from 1 to 20"),
+        ("moa", {"proposers": [0, 1, 2, 3, 4] * 1000}, "lists 5000 workers, but at most 20"),
+        ("moa", {"proposers": ",".join(["1"] * 21)}, "at most 20"),
+        ("moa", {"proposers": [0, MAX_WORKER_INDEX + 1]}, "from 0 to 99"),
+        ("moa", {"aggregator": 2**64}, "aggregator must be an integer from 0 to 99"),
+        ("single", {"worker": MAX_WORKER_INDEX + 1}, "worker must be an integer from 0 to 99"),
+        ("single", {"worker": "²"}, "worker"),
+    ],
+)
+def test_every_numeric_option_has_a_maximum_checked_before_building(name, options, named):
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match=named) as excinfo:
+        build_strategy(name, options=options)
+    assert time.perf_counter() - started < 0.5
+    assert len(str(excinfo.value)) < 300  # a huge option is not echoed back whole
+
+
+def test_many_unknown_options_are_named_briefly():
+    options = {f"option{n:05d}" + "x" * 1000: 1 for n in range(10_000)}
+    with pytest.raises(ValueError, match=r"no option option00000x+\.\.\., .* and 9995 more") as e:
+        build_strategy("single", options=options)
+    assert len(str(e.value)) < 400
+
+
+def test_the_largest_allowed_options_are_accepted():
+    assert build_strategy("reflection", options={"rounds": MAX_REFLECTION_ROUNDS})
+    assert build_strategy("moa", options={"proposers": [MAX_WORKER_INDEX] * MAX_PROPOSERS})
+
+
+@pytest.mark.parametrize(
+    "name, options, pool_size, fits",
+    [
+        ("reflection", {"rounds": 9}, 3, True),  # 10 steps: exactly 5 × 2
+        ("reflection", {"rounds": 10}, 3, False),
+        ("moa", {}, 10, True),  # 9 proposers and the aggregator
+        ("moa", {}, 11, False),  # the default proposers grow with the pool
+        ("single", {}, 50, True),
+    ],
+)
+def test_a_fixed_strategy_must_fit_the_pools_steps_times_rounds(name, options, pool_size, fits):
+    settings = RunSettings(max_steps=5, max_rounds=2)
+    strategy = build_strategy(name, options=options)
+    if fits:
+        check_fits(strategy, pool_size=pool_size, settings=settings)
+    else:
+        with pytest.raises(ValueError, match=r"the pool allows at most 10 .*5 steps .* 2 rounds"):
+            check_fits(strategy, pool_size=pool_size, settings=settings)
+
+
+async def test_the_scheduler_refuses_a_workflow_past_the_pools_step_limit_before_any_call():
+    client = FakeClient()
+    result = await execute_run(
+        question=QUESTION,
+        strategy=build_strategy("reflection", options={"rounds": 6}),
+        workers=make_workers(2, client=client),
+        settings=RunSettings(max_steps=3, max_rounds=2),
+    )
+    assert result.status == "failed"
+    assert "7 steps, but the pool allows at most 6" in result.error
+    assert client.call_count == 0 and result.steps == []
+
+
+async def test_budgets_bound_fixed_strategies_too():
+    client = FakeClient(tokens_in=10, tokens_out=5)
+    result = await execute_run(
+        question=QUESTION,
+        strategy=build_strategy("reflection", options={"rounds": 9}),
+        workers=make_workers(1, client=client),
+        settings=RunSettings(max_steps=10, max_rounds=1, token_budget=40),
+    )
+    assert result.status == "failed"
+    assert result.error == "token budget exhausted: 45 of 40 tokens used"
+    assert client.call_count == 3  # of the 10 steps planned

@@ -76,3 +76,28 @@ def test_bad_options_and_pools_are_explained():
 def test_without_any_pool_it_points_at_seed_demo():
     with pytest.raises(CommandError, match="seed_demo"):
         conduct(QUESTION)
+
+
+@pytest.mark.usefixtures("sim_pool")
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--strategy", "reflection", "--option", "rounds=1000000000"], "from 1 to 20"),
+        (["--strategy", "moa", "--option", f"proposers={[0, 1, 2, 3, 4] * 1000}"], "at most 20"),
+        (["--strategy", "reflection", "--option", "rounds=12"], "the pool allows at most 10"),
+        (["--strategy", "single", "--option", "worker=" + "[" * 5000], "worker must be"),
+    ],
+)
+def test_options_past_their_bounds_are_refused_before_anything_runs(args, message):
+    with pytest.raises(CommandError, match=message) as excinfo:
+        conduct(QUESTION, *args)
+    assert str(excinfo.value).startswith("strategy_options: ")
+    assert not Run.objects.exists()
+
+
+@pytest.mark.usefixtures("sim_pool")
+def test_a_question_over_the_size_limit_is_refused_naming_it(settings):
+    settings.CONDUCTOR_MAX_TEXT_BYTES = 1024
+    with pytest.raises(CommandError, match=r"input: Too long: 2,000 bytes .* limit is 1,024 bytes"):
+        conduct("x" * 2000)
+    assert not Run.objects.exists()

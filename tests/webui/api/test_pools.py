@@ -43,3 +43,11 @@ def test_only_admins_see_key_variable_names_and_never_a_key(
 
 def test_pools_of_other_projects_are_not_listed(api_as, sim_pool, outsider):
     assert api_as(outsider).get(POOLS_URL).json() == []
+
+
+def test_a_pools_limits_are_shown(api_as, sim_pool, viewer):
+    sim_pool.cost_budget = None
+    sim_pool.save(update_fields=["cost_budget"])
+    pool = api_as(viewer).get(POOLS_URL).json()[0]
+    assert (pool["max_steps"], pool["max_rounds"]) == (5, 2)
+    assert (pool["token_budget"], pool["cost_budget"]) == (200_000, None)
