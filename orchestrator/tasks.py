@@ -147,4 +147,6 @@ def run_execute_task(self: Task, run_id: int) -> None:
         log.info("run %s is being executed elsewhere; checking again in %ss", run_id, lease_seconds)
         raise self.retry(countdown=lease_seconds)
     with lease:
-        run_execute(run_id=run_id)
+        # The Redis lease makes this delivery the run's only executor: take the run over (its
+        # fence goes up, so a stalled earlier holder can no longer record anything).
+        run_execute(run_id=run_id, executor=lease.token, exclusive=True)
