@@ -19,7 +19,9 @@ def with_server_startup(application: Any) -> Any:
         return application
     from twisted.internet import reactor  # daphne.server installed the asyncio reactor
 
-    reactor.callWhenRunning(_start_recovery)
+    # Startup triggers fire before the reactor runs its asyncio loop; a call scheduled from one
+    # runs on that loop once it runs.
+    reactor.callWhenRunning(reactor.callLater, 0, _start_recovery)
 
     async def application_with_startup(scope, receive, send):
         if scope["type"] != "lifespan":
