@@ -127,7 +127,9 @@ def assert_resumed_without_calling_finished_steps_again(
     started = Counter(e["step"]["id"] for e in events if e["type"] == "step.started")
     assert all(started[step_id] == 1 for step_id in before)  # never sent again
     assert [e["type"] for e in events].count("run.finished") == 1
-    (model_calls,) = query(server, "SELECT model_calls FROM orchestrator_run WHERE id = ?", run_id)[0]
+    (model_calls,) = query(
+        server, "SELECT model_calls FROM orchestrator_run WHERE id = ?", run_id
+    )[0]
     assert model_calls == sum(attempts for _, _, attempts in steps) == 4
     return query(
         server, "SELECT fence, interruptions, executor FROM orchestrator_run WHERE id = ?", run_id
