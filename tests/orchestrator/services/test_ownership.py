@@ -43,6 +43,7 @@ def test_a_leased_claim_keeps_others_out_until_released_or_lapsed(sim_pool):
     run_claim_release(claim=second)  # b's late release leaves c's claim alone
     run.refresh_from_db()
     assert run.executor == "c"
+    run_claim_release(claim=third)
 
 
 def test_a_finished_run_cannot_be_claimed(sim_pool):
