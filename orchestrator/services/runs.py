@@ -267,6 +267,7 @@ async def run_execute_async(
     finally:
         if heartbeat is not None:
             heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
     # Not on BaseException: a process being killed (or its loop stopped) cannot let go here;
     # its lease lapses, or its exit lets go (see ownership.py).
     await sync_to_async(run_claim_release)(claim=claim)
