@@ -170,8 +170,9 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    # Who executes the run now (services/ownership.py): an execution's token, empty when none
-    # does; until when its claim holds unless renewed (empty while a broker lease guards it);
+    # Who executes the run (services/ownership.py): an execution's token, empty when none does
+    # (a finished run keeps its last one); until when its claim holds unless renewed (empty
+    # while a broker lease guards it);
     # the fencing token (raised by every execution that takes the run over: a write carrying an
     # older one is refused); how many executions died holding the run.
     executor = models.CharField(max_length=200, blank=True)

@@ -36,6 +36,7 @@ from orchestrator.services.ownership import (
     Claim,
     new_executor_token,
     run_claim,
+    run_claim_forget,
     run_claim_release,
     run_claim_renew,
 )
@@ -229,6 +230,7 @@ async def run_execute_async(
     run = execution.run
     claim = execution.claim
     heartbeat = asyncio.create_task(_keep_claim(claim)) if claim.lease_seconds else None
+    recorder: RecordingObserver | None = None
     try:
         workers = [_worker_info(worker) for worker in execution.workers]
         conductor = _conductor_client(execution.pool) if run.strategy == "conductor" else None
@@ -269,8 +271,12 @@ async def run_execute_async(
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
     # Not on BaseException: a process being killed (or its loop stopped) cannot let go here;
-    # its lease lapses, or its exit lets go (see ownership.py).
-    await sync_to_async(run_claim_release)(claim=claim)
+    # its lease lapses, or its exit lets go (see ownership.py). A run this execution finished
+    # is never claimed again: its row keeps who executed it, and saves a write.
+    if recorder is not None and recorder.recorder.status in Run.FINISHED:
+        run_claim_forget(claim=claim)
+    else:
+        await sync_to_async(run_claim_release)(claim=claim)
 
 
 async def _keep_claim(claim: Claim) -> None:
