@@ -30,6 +30,7 @@ import os
 import socket
 import threading
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -38,6 +39,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from orchestrator.models import Run
+from orchestrator.sql import can_return
 from orchestrator.services.recording import (
     RUN_TABLE,
     _db_datetime,
@@ -96,7 +98,8 @@ def run_claim(*, run_id: int, executor: str, lease_seconds: float | None) -> Cla
     if lease_seconds is not None:
         sql += " AND (executor = '' OR lease_expires_at < %s)"
         params.append(_db_datetime(now))
-    with transaction.atomic():
+    # With RETURNING it is one statement, atomic by itself; else the read-back joins it.
+    with nullcontext() if can_return() else transaction.atomic():
         row = _update_returning(sql, params, returning="fence, interruptions", id=run_id)
     if row is None:
         return None
