@@ -2,8 +2,8 @@
 
 Daphne (the embedded server) sends no ASGI lifespan events, so the work is handed to its
 reactor, which runs it once the loop serves; servers that send lifespan events (uvicorn,
-hypercorn) start it on ``lifespan.startup``. Management commands and Celery workers never import
-the ASGI application, so they never start it.
+hypercorn) start it on ``lifespan.startup``. Celery workers and management commands other than
+``runserver`` never import the ASGI application, so they never start it.
 """
 
 from __future__ import annotations
