@@ -199,6 +199,15 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Who executes the run (services/ownership.py): an execution's token, empty when none does
+    # (a finished run keeps its last one); until when its claim holds unless renewed (empty
+    # while a broker lease guards it);
+    # the fencing token (raised by every execution that takes the run over: a write carrying an
+    # older one is refused); how many executions died holding the run.
+    executor = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    fence = models.PositiveIntegerField(default=0)
+    interruptions = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -209,6 +218,12 @@ class Run(models.Model):
             models.Index(fields=["project", "status", "-created_at"], name="run_status_recent"),
             models.Index(fields=["project", "pool", "-created_at"], name="run_pool_recent"),
             models.Index(fields=["project", "strategy", "-created_at"], name="run_strategy_recent"),
+            # Finding interrupted runs at start must not walk every finished run.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=~models.Q(status__in=["succeeded", "failed", "cancelled"]),
+                name="run_unfinished_lease",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -7,7 +7,7 @@ show already joined, so a page costs a constant number of queries however many r
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
@@ -163,6 +163,19 @@ def run_detail(*, user: Any, run_id: int) -> Run | None:
         )
         .filter(pk=run_id)
         .first()
+    )
+
+
+def run_ids_unheld(*, now: datetime, queued_for: timedelta, limit: int = 100) -> list[int]:
+    """Unfinished runs that no live execution holds, oldest first: their executor's lease
+    lapsed (its process died), or none ever held them (a stopped process let go, or a run
+    queued longer than ``queued_for`` was never started)."""
+    nobody = Q(executor="") & (~Q(status=Run.Status.QUEUED) | Q(created_at__lt=now - queued_for))
+    return list(
+        Run.objects.exclude(status__in=Run.FINISHED)
+        .filter(Q(lease_expires_at__lt=now) | nobody)
+        .order_by("created_at", "id")
+        .values_list("pk", flat=True)[:limit]
     )
 
 

@@ -10,6 +10,12 @@ running it. Two workers executing one run would call models twice and race on it
 task holds a short per-run lease in Redis while it executes, renewed by a heartbeat. A delivery
 that finds the lease held by another worker neither runs nor waits: it asks to be retried once the
 lease could have expired, so the run still finishes if the holder dies.
+
+A delivery that takes the lease takes the run over in the database too (``services/ownership``):
+the run's fencing token goes up, so a worker that stalled past its lease and wakes up later
+cannot record anything more, and a run whose earlier workers all died holding it is failed
+once that happened ``CONDUCTOR_RUN_MAX_INTERRUPTIONS`` times, instead of being delivered again
+forever.
 """
 
 from __future__ import annotations
@@ -147,4 +153,6 @@ def run_execute_task(self: Task, run_id: int) -> None:
         log.info("run %s is being executed elsewhere; checking again in %ss", run_id, lease_seconds)
         raise self.retry(countdown=lease_seconds)
     with lease:
-        run_execute(run_id=run_id)
+        # The Redis lease makes this delivery the run's only executor: take the run over (its
+        # fence goes up, so a stalled earlier holder can no longer record anything).
+        run_execute(run_id=run_id, executor=lease.token, exclusive=True)

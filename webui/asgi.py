@@ -28,3 +28,8 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+# Inline runs that a stopped server left unfinished resume once this server's loop runs.
+from webui.startup import with_server_startup  # noqa: E402
+
+application = with_server_startup(application)

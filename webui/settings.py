@@ -167,6 +167,16 @@ if CONDUCTOR_RUN_LEASE_SECONDS >= CONDUCTOR_VISIBILITY_TIMEOUT:
         "CONDUCTOR_RUN_LEASE_SECONDS must be shorter than CONDUCTOR_VISIBILITY_TIMEOUT."
     )
 
+# Recovery: a run whose executing process died this many times (SIGKILL, out of memory, a lost
+# machine) is failed with that reason instead of being resumed again. The lease above is also
+# how long an inline run's claim outlives a killed server before another start resumes it.
+CONDUCTOR_RUN_MAX_INTERRUPTIONS = int(os.environ.get("CONDUCTOR_RUN_MAX_INTERRUPTIONS", "3"))
+if CONDUCTOR_RUN_MAX_INTERRUPTIONS < 1 or CONDUCTOR_RUN_LEASE_SECONDS <= 0:
+    raise ImproperlyConfigured(
+        "CONDUCTOR_RUN_MAX_INTERRUPTIONS must be at least 1 and CONDUCTOR_RUN_LEASE_SECONDS "
+        "above 0."
+    )
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

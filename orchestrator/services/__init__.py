@@ -3,5 +3,8 @@
 - ``runs``: ``run_create``, ``run_execute``, ``run_execute_async``, ``run_cancel``.
 - ``recording``: ``RecordingObserver``, which stores each engine callback and publishes its event.
 - ``execution``: ``run_enqueue`` (inline on the server's loop, or Celery).
+- ``ownership``: ``run_claim``, ``run_claim_renew``, ``run_claim_release`` (who executes a run,
+  its lease and fencing token, the interruption limit).
+- ``recovery``: ``inline_recovery_start`` (a server resumes the runs no live execution holds).
 - ``pools``: ``pool_sync_from_data`` (used by ``seed_demo``).
 """

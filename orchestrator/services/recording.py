@@ -131,6 +131,11 @@ def code_grading_problem() -> str | None:
     return sandbox_problem()
 
 
+class RunTakenOver(Exception):
+    """Another execution took the run over (its fence moved on); this one stops without writing
+    more (see ``services/ownership.py``)."""
+
+
 def grade_answer(*, answer: str, reference: str, grader: str) -> float:
     """The score of a final answer against a reference under ``grader``.
 
@@ -147,7 +152,8 @@ class RunRecorder:
     ``steps`` are the run's stored Step rows (a resumed run has some), ``plan_rounds`` the rounds
     whose plan is stored, ``totals`` the run's stored totals and ``status`` its stored status: the
     recorder keeps all four current. Every method publishes its events with ``deliver``, which
-    receives them after the commit.
+    receives them after the commit. With ``fence`` (the execution's fencing token), a callback
+    is stored only while the run's fence is still that one; else it raises RunTakenOver.
 
     Each callback is one transaction of two to four short statements, in plain SQL where the ORM
     would spend more time building a statement than the database spends running it: the step's
@@ -167,8 +173,10 @@ class RunRecorder:
         totals: dict[str, Any] | None = None,
         status: str | None = None,
         deliver: Any = None,
+        fence: int | None = None,
     ) -> None:
         self.run_id = run_id
+        self.fence = fence
         self.worker_ids = list(worker_ids)
         self.steps: dict[tuple[int, int], Step] = {(s.round, s.index): s for s in steps}
         self.plan_rounds = set(plan_rounds)
@@ -182,14 +190,19 @@ class RunRecorder:
         events.store_events(self.run_id, items, last_seq=last_seq, deliver=self.deliver)
 
     def _run_status(self) -> str:
-        """The run's stored status (row-locked where the database can); raises RunClosed if the
-        run has finished (RunCancelled if it was cancelled)."""
+        """The run's stored status (row-locked where the database can); raises RunTakenOver if
+        another execution took it over, RunClosed if it has finished (RunCancelled if it was
+        cancelled)."""
         lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT status FROM {RUN_TABLE} WHERE id = %s{lock}", [self.run_id])
+            cursor.execute(
+                f"SELECT status, fence FROM {RUN_TABLE} WHERE id = %s{lock}", [self.run_id]
+            )
             row = cursor.fetchone()
         if row is None:
             raise Run.DoesNotExist(f"run {self.run_id} does not exist")
+        if self.fence is not None and row[1] != self.fence:
+            raise RunTakenOver(f"run {self.run_id} was taken over by another execution")
         if row[0] == Run.Status.CANCELLED:
             raise RunCancelled(f"run {self.run_id} was cancelled")
         if row[0] in Run.FINISHED:
@@ -227,6 +240,7 @@ class RunRecorder:
             moving = False
             row = self._update_run(event_count, add, None, False)
         if row is None:
+            self._run_status()  # taken over (raises), else gone
             raise Run.DoesNotExist(f"run {self.run_id} does not exist")
         last_seq, *totals = row
         self.totals.update(zip(TOTAL_FIELDS, totals))
@@ -247,6 +261,9 @@ class RunRecorder:
             params += [str(move_to), _db_datetime(timezone.now())]
         where = "id = %s"
         params.append(self.run_id)
+        if self.fence is not None:
+            where += " AND fence = %s"
+            params.append(self.fence)
         if conditional:
             # Nothing is stored for a finished run: its run.finished stays its last event.
             where += f" AND status NOT IN ({', '.join(['%s'] * len(Run.FINISHED))})"
@@ -474,6 +491,9 @@ class RunRecorder:
             *assignments.values(), _db_datetime(finished_at), len(plan_rows) + 1, self.run_id,
             *finished,
         ]  # fmt: skip
+        if self.fence is not None:  # an execution that was taken over does not end the run
+            sql += " AND fence = %s"
+            params.append(self.fence)
         with transaction.atomic():
             open_steps = lock_open_steps(run_id=self.run_id)
             row = _update_returning(sql, params, returning="last_seq, step_count", id=self.run_id)
@@ -535,6 +555,7 @@ class RecordingObserver:
         plan_rounds: Iterable[int] = (),
         totals: dict[str, Any] | None = None,
         status: str | None = None,
+        fence: int | None = None,
     ) -> None:
         self.reference = reference
         self.grader = grader
@@ -549,6 +570,7 @@ class RecordingObserver:
             totals=totals,
             status=status,
             deliver=self._outbox.append,
+            fence=fence,
         )
 
     async def _call(self, method: Any, *args: Any) -> None:
@@ -677,12 +699,16 @@ def close_open_steps(
     return closed
 
 
-def record_run_failed(*, run_id: int, error: str) -> None:
-    """The run stopped on an error that is not a model's (a bug, a bad configuration)."""
+def record_run_failed(*, run_id: int, error: str, fence: int | None = None) -> None:
+    """The run stopped on an error that is not a model's (a bug, a bad configuration).
+
+    With ``fence``, only while the run's fence is still that one (an execution that was taken
+    over leaves the run to the one that took it).
+    """
     with transaction.atomic():
         open_steps = lock_open_steps(run_id=run_id)
         run = Run.objects.select_for_update().get(pk=run_id)
-        if run.is_finished:
+        if run.is_finished or (fence is not None and run.fence != fence):
             return
         run.status = Run.Status.FAILED
         run.error = error

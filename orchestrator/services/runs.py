@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
@@ -34,10 +35,19 @@ from orchestrator.engine.types import (
 )
 from orchestrator.models import Membership, Plan, Pool, Run, Step, Worker
 from orchestrator.selectors import user_can_run, user_role
+from orchestrator.services.ownership import (
+    Claim,
+    new_executor_token,
+    run_claim,
+    run_claim_forget,
+    run_claim_release,
+    run_claim_renew,
+)
 from orchestrator.services.recording import (
     TOTAL_FIELDS,
     RecordingObserver,
     RunClosed,
+    RunTakenOver,
     close_open_steps,
     code_grading_problem,
     finished_event_data,
@@ -216,6 +226,7 @@ class _Execution:
     """Everything a run's execution needs, loaded in one go from the database."""
 
     run: Run
+    claim: Claim
     pool: Pool
     workers: list[Worker]
     plans: list[Plan]
@@ -228,17 +239,23 @@ class _Execution:
         return {field: getattr(self.run, field) for field in TOTAL_FIELDS}
 
 
-def run_execute(*, run_id: int) -> None:
+def run_execute(*, run_id: int, executor: str | None = None, exclusive: bool = False) -> None:
     """Execute a run to its end, from sync code (a Celery task, the CLI).
 
     Runs ``run_execute_async`` on a fresh event loop; its database work comes back to the
     calling thread, so it uses this thread's connection (and transaction, in tests).
     Must not be called from a thread that runs an event loop.
     """
-    async_to_sync(run_execute_async)(run_id=run_id)
+    async_to_sync(run_execute_async)(run_id=run_id, executor=executor, exclusive=exclusive)
 
 
-async def run_execute_async(*, run_id: int, observer: RunObserver | None = None) -> None:
+async def run_execute_async(
+    *,
+    run_id: int,
+    observer: RunObserver | None = None,
+    executor: str | None = None,
+    exclusive: bool = False,
+) -> None:
     """Execute a run: plan, call the workers, store every step and publish its events.
 
     A finished run is not executed again. A run executed before (a worker died mid-run) resumes:
@@ -246,12 +263,22 @@ async def run_execute_async(*, run_id: int, observer: RunObserver | None = None)
     again. ``observer`` hears every callback after it is stored (the CLI prints from it).
     Model failures end the run as failed with the engine's error. Any other exception marks the
     run failed with a short error and propagates; a cancelled run stops quietly.
+
+    The execution first claims the run (``services/ownership.py``) as ``executor`` (a new token
+    by default): leased and renewed by a heartbeat, or, with ``exclusive``, taken over because
+    the caller holds an exclusive lease elsewhere (Celery's). A run another execution holds is
+    not executed; one taken over while this execution runs stops it at its next callback.
     """
-    execution = await sync_to_async(_load_execution)(run_id=run_id)
+    execution = await sync_to_async(_load_execution)(
+        run_id=run_id, executor=executor or new_executor_token(), exclusive=exclusive
+    )
     if execution is None:
-        logger.info("run %s is finished or gone; not executing it", run_id)
+        logger.info("run %s is finished, gone or held elsewhere; not executing it", run_id)
         return
     run = execution.run
+    claim = execution.claim
+    heartbeat = asyncio.create_task(_keep_claim(claim)) if claim.lease_seconds else None
+    recorder: RecordingObserver | None = None
     try:
         workers = [_worker_info(worker) for worker in execution.workers]
         conductor = _conductor_client(execution.pool) if run.strategy == "conductor" else None
@@ -267,6 +294,7 @@ async def run_execute_async(*, run_id: int, observer: RunObserver | None = None)
             plan_rounds=[plan.round for plan in execution.plans],
             totals=execution.totals(),
             status=run.status,
+            fence=claim.fence,
         )
         await execute_run(
             question=run.input,
@@ -278,9 +306,39 @@ async def run_execute_async(*, run_id: int, observer: RunObserver | None = None)
         )
     except RunClosed as closed:
         logger.info("run %s finished elsewhere (%s); execution stopped", run_id, closed)
+    except RunTakenOver:
+        logger.warning("run %s was taken over by another execution; this one stopped", run_id)
     except Exception as error:
-        await sync_to_async(record_run_failed)(run_id=run_id, error=short_error(error))
+        await sync_to_async(record_run_failed)(
+            run_id=run_id, error=short_error(error), fence=claim.fence
+        )
+        await sync_to_async(run_claim_release)(claim=claim)
         raise
+    finally:
+        if heartbeat is not None:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+    # Not on BaseException: a process being killed (or its loop stopped) cannot let go here;
+    # its lease lapses, or its exit lets go (see ownership.py). A run this execution finished
+    # is never claimed again: its row keeps who executed it, and saves a write.
+    if recorder is not None and recorder.recorder.status in Run.FINISHED:
+        run_claim_forget(claim=claim)
+    else:
+        await sync_to_async(run_claim_release)(claim=claim)
+
+
+async def _keep_claim(claim: Claim) -> None:
+    """Renew a leased claim every third of a lease until cancelled or lost."""
+    interval = claim.lease_seconds / 3
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            held = await sync_to_async(run_claim_renew)(claim=claim)
+        except Exception:  # a database blip: the lease may survive it; try at the next beat
+            logger.warning("could not renew the claim on run %s", claim.run_id, exc_info=True)
+            continue
+        if not held:  # finished, or taken over: the recorder's fence stops this execution
+            return
 
 
 def short_error(error: BaseException) -> str:
@@ -290,18 +348,18 @@ def short_error(error: BaseException) -> str:
     return message[:MAX_ERROR_LENGTH]
 
 
-def _load_execution(*, run_id: int) -> _Execution | None:
-    try:
-        run = Run.objects.select_related("pool").get(pk=run_id)
-    except Run.DoesNotExist:
+def _load_execution(*, run_id: int, executor: str, exclusive: bool) -> _Execution | None:
+    lease_seconds = None if exclusive else settings.CONDUCTOR_RUN_LEASE_SECONDS
+    claim = run_claim(run_id=run_id, executor=executor, lease_seconds=lease_seconds)
+    if claim is None:
         return None
-    if run.is_finished:
-        return None
+    run = Run.objects.select_related("pool").get(pk=run_id)
     # Every plan or step the recorder stores comes with its events, in the same transaction: a
     # queued run that has published nothing since its creation has none to resume from.
     fresh = run.status == Run.Status.QUEUED and run.last_seq <= 1
     return _Execution(
         run=run,
+        claim=claim,
         pool=run.pool,
         workers=list(
             Worker.objects.filter(pool_id=run.pool_id, enabled=True).order_by("position", "id")

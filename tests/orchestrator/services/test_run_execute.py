@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from orchestrator.engine.grading import extract_answer
@@ -180,8 +182,9 @@ def test_a_finished_run_is_not_executed_again(sim_pool, execute, call_log):
 
 
 def test_a_killed_execution_resumes_without_calling_finished_steps_again(
-    sim_pool, execute, call_log
+    sim_pool, execute, call_log, settings
 ):
+    settings.CONDUCTOR_RUN_LEASE_SECONDS = 0.3
     run = new_run(sim_pool, strategy="reflection", strategy_options={"rounds": 3})
     call_log.kill_at_call = 3  # dies while sending the third step
     with pytest.raises(SimulatedKill):
@@ -193,7 +196,11 @@ def test_a_killed_execution_resumes_without_calling_finished_steps_again(
     first_calls = list(call_log.calls)
 
     call_log.kill_at_call = None
+    # The dead execution's claim holds until its lease lapses: nothing executes it before.
+    assert execute(run).last_seq == run.last_seq and call_log.calls == first_calls
+    time.sleep(0.35)
     run = execute(run)
+    assert (run.fence, run.interruptions) == (2, 1)
 
     assert run.status == Run.Status.SUCCEEDED, run.error
     resumed_calls = call_log.calls[len(first_calls) :]
