@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 
@@ -185,15 +184,13 @@ def test_collapse_threshold_is_a_few_thousand_steps():
 
 
 @pytest.mark.parametrize("shape", ["wide", "chain"])
-def test_five_thousand_steps_lay_out_quickly(shape):
+def test_five_thousand_steps_lay_out(shape):
+    # How fast is measured by bench/graph_render.py, not here.
     if shape == "wide":
         rounds = [wide_round(997) for _ in range(5)]
     else:
         rounds = [[[]] + [[i] for i in range(999)] for _ in range(5)]
     plans, steps = make_run(rounds)
     assert len(steps) == 5000
-    started = time.perf_counter()
     graph = build_graph(plans=plans, steps=steps)
-    elapsed = time.perf_counter() - started
     assert len([n for n in graph["nodes"] if n["kind"] == "step"]) == 5000
-    assert elapsed < 1.0, f"5,000 steps took {elapsed:.2f} s to lay out"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -369,14 +368,10 @@ def test_unknown_access_mode_is_a_programming_error():
         "steps " * 2_000,
     ],
 )
-def test_garbage_of_10k_characters_is_rejected_quickly(garbage: str):
-    garbage = garbage[:10_000]
-    started = time.perf_counter()
-    for _ in range(10):
-        with pytest.raises(WorkflowError):
-            parse(garbage)
-    per_kb_ms = (time.perf_counter() - started) / 10 / (len(garbage) / 1000) * 1000
-    assert per_kb_ms < 1.0  # well under in practice (see bench/parse.py); loose for busy machines
+def test_garbage_of_10k_characters_is_rejected(garbage: str):
+    # How fast (linear, well under 1 ms per KB) is measured by bench/parse.py, not here.
+    with pytest.raises(WorkflowError):
+        parse(garbage[:10_000])
 
 
 def test_names_that_only_contain_a_list_name_are_not_assignments():
