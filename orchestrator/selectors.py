@@ -244,3 +244,24 @@ _GRAPH_STEP_COLUMNS = (
     "id", "round", "index", "worker_name", "instruction", "status", "tokens_in", "tokens_out",
     "latency", "reads",
 )  # fmt: skip
+
+
+def worker_missing_keys(*, worker: Worker) -> list[str]:
+    """The environment variables this worker's key should be in that this server lacks (names,
+    never values): its steps fail at once until an operator sets them."""
+    from orchestrator.providers import missing_key_variables
+
+    return missing_key_variables(
+        worker.model, api_base=worker.api_base, api_key_env=worker.api_key_env
+    )
+
+
+def conductor_missing_keys(*, pool: Pool) -> list[str]:
+    """The same for the pool's conductor."""
+    from orchestrator.providers import missing_key_variables
+
+    return missing_key_variables(
+        pool.conductor_model,
+        api_base=pool.conductor_api_base,
+        api_key_env=pool.conductor_api_key_env,
+    )

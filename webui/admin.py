@@ -8,7 +8,16 @@ from typing import ClassVar
 
 from django.contrib import admin
 
+from orchestrator import selectors
 from orchestrator.models import Membership, Plan, Pool, Project, Run, RunEvent, Step, Worker
+
+
+def key_status(missing: list[str]) -> str:
+    """What the pool pages say of a key before any run: set, or which variables are not set."""
+    if not missing:
+        return "set (or not needed)"
+    names = ", ".join(missing)
+    return f"NOT SET on this server: {names}. Steps fail at once until it is set."
 
 
 class MembershipInline(admin.TabularInline):
@@ -47,7 +56,13 @@ class WorkerInline(admin.TabularInline):
         "price_out",
         "description",
         "enabled",
+        "key",
     )
+    readonly_fields = ("key",)
+
+    @admin.display(description="Key")
+    def key(self, worker: Worker) -> str:
+        return key_status(selectors.worker_missing_keys(worker=worker)) if worker.pk else ""
 
 
 @admin.register(Pool)
@@ -65,6 +80,7 @@ class PoolAdmin(admin.ModelAdmin):
                     "conductor_model",
                     "conductor_api_base",
                     "conductor_api_key_env",
+                    "conductor_key",
                     "conductor_params",
                     "max_steps",
                     "max_rounds",
@@ -75,6 +91,11 @@ class PoolAdmin(admin.ModelAdmin):
         ),
         ("Limits", {"fields": ["step_timeout", "token_budget", "cost_budget"]}),
     )
+    readonly_fields = ("conductor_key",)
+
+    @admin.display(description="Conductor key")
+    def conductor_key(self, pool: Pool) -> str:
+        return key_status(selectors.conductor_missing_keys(pool=pool)) if pool.pk else ""
 
 
 @admin.register(Worker)
@@ -82,6 +103,11 @@ class WorkerAdmin(admin.ModelAdmin):
     list_display = ("name", "model", "pool", "position", "api_key_env", "enabled")
     list_filter = ("enabled", "pool")
     search_fields = ("name", "model")
+    readonly_fields = ("key",)
+
+    @admin.display(description="Key")
+    def key(self, worker: Worker) -> str:
+        return key_status(selectors.worker_missing_keys(worker=worker)) if worker.pk else ""
 
 
 class ReadOnlyInline(admin.TabularInline):
