@@ -2,87 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from importlib import import_module
-from types import SimpleNamespace
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.conf import settings
-from django.contrib import auth
-from rest_framework.authentication import TokenAuthentication
-from rest_framework.exceptions import AuthenticationFailed
 
-from orchestrator import events, selectors
+from orchestrator import events
 from orchestrator.models import Run
-
-logger = logging.getLogger(__name__)
+from webui import socket_access
 
 # One code for every refusal (not logged in, no such run, not a member, access ended), so run
 # ids cannot be probed by telling "does not exist" from "not yours".
 CLOSE_REFUSED = 4403
-# How often an open socket checks that its user may still watch: a logout, a revoked token or
-# a removed membership closes it within about this long.
-ACCESS_RECHECK_SECONDS = 0.5
-
-
-def _query_parameter(scope: dict[str, Any], wanted: str) -> str | None:
-    query = scope.get("query_string", b"").decode("latin-1")
-    for part in query.split("&"):
-        name, _, value = part.partition("=")
-        if name == wanted:
-            return value
-    return None
-
-
-def _header_token(scope: dict[str, Any]) -> str | None:
-    """The key of an ``Authorization: Token <key>`` header, as the REST API reads it."""
-    for name, value in scope.get("headers", []):
-        if name.lower() == b"authorization":
-            kind, _, key = value.decode("latin-1").partition(" ")
-            if kind.lower() == "token" and key.strip():
-                return key.strip()
-    return None
-
-
-@database_sync_to_async
-def _token_user(key: str) -> Any | None:
-    """The active user of an API token, exactly as the REST API's token auth finds it."""
-    try:
-        user, _ = TokenAuthentication().authenticate_credentials(key)
-    except AuthenticationFailed:
-        return None
-    return user
-
-
-@database_sync_to_async
-def _current_user(user_id: int, credential: tuple[str, str] | None) -> Any | None:
-    """The user behind a socket's credential as of now, or None once it no longer holds: the
-    session was logged out, expired or outlived a password change; the token was deleted; the
-    user was deactivated."""
-    if credential is None:  # a scope built by hand (tests, an outer middleware): the user only
-        return auth.get_user_model().objects.filter(pk=user_id, is_active=True).first()
-    kind, key = credential
-    if kind == "token":
-        try:
-            user, _ = TokenAuthentication().authenticate_credentials(key)
-        except AuthenticationFailed:
-            return None
-    else:
-        session = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
-        user = auth.get_user(SimpleNamespace(session=session))
-    if not user.is_authenticated or user.pk != user_id or not user.is_active:
-        return None
-    return user
-
-
-@database_sync_to_async
-def _may_watch(user: Any, run_id: int) -> bool:
-    """Whether the run exists and the user may see it (one answer for both, on purpose)."""
-    run = Run.objects.filter(pk=run_id).only("pk", "project_id").first()
-    return run is not None and selectors.user_can_view(user=user, run=run)
 
 
 @database_sync_to_async
@@ -105,11 +36,9 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     """``/ws/runs/<id>/``: a snapshot (or, with ``?after=N``, the stored events after N), then
     every live event of the run once, in order.
 
-    Who: the site's session (the page), or an API token as the REST API takes it, given as
-    ``?token=<key>`` or an ``Authorization: Token <key>`` header. Anonymous users, users outside
-    the run's project and unknown runs are all closed with 4403. While open, the socket checks
-    every ``ACCESS_RECHECK_SECONDS`` that the session or token still holds and the user is still
-    a member, and closes with 4403 when not.
+    Who: the site's session (the page) or an API token (``socket_access``). Anonymous users,
+    users outside the run's project and unknown runs are all closed with 4403; so is an open
+    socket within about a second of its session or token ending or its user leaving the project.
 
     The consumer joins the run's group before reading the snapshot, so no event falls between
     the two; events it has already covered (seq at most the last one sent) are dropped.
@@ -120,16 +49,19 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.group = events.group_name(self.run_id)
         self.joined = False
         self.listening_locally = False
-        self.access_watch: asyncio.Task | None = None
+        self.watched = False
         self.last_sent_seq = 0
-        user, self.credential = await self._authenticate()
-        allowed = user is not None and await _may_watch(user, self.run_id)
+        user, credential = await socket_access.authenticate(self.scope)
+        watched = None
+        if user is not None:
+            watched = socket_access.Watched(user.pk, self.run_id, credential)
+        allowed = watched is not None and bool(await socket_access.allowed([watched]))
         await self.accept()  # accepted first so the client receives the close code
         if not allowed:
             await self.close(code=CLOSE_REFUSED)
             return
-        self.user_id = user.pk
-        self.access_watch = asyncio.create_task(self._watch_access())
+        socket_access.watch(self, watched, self._refuse)
+        self.watched = True
         await self.channel_layer.group_add(self.group, self.channel_name)
         self.joined = True
         after = self._after()
@@ -146,45 +78,22 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         events.listen_locally(self.run_id, self._forward_local)
         self.listening_locally = True
 
-    async def _authenticate(self) -> tuple[Any | None, tuple[str, str] | None]:
-        """The user and the credential to check again later: an API token if one is given,
-        else the session the site's cookie named."""
-        token = _query_parameter(self.scope, "token") or _header_token(self.scope)
-        if token:
-            return await _token_user(token), ("token", token)
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            return None, None
-        session = self.scope.get("session")
-        session_key = getattr(session, "session_key", None)
-        return user, (("session", session_key) if session_key else None)
-
-    async def _watch_access(self) -> None:
-        """Close the socket as soon as its user may no longer watch the run."""
-        while True:
-            await asyncio.sleep(ACCESS_RECHECK_SECONDS)
-            try:
-                user = await _current_user(self.user_id, self.credential)
-                allowed = user is not None and await _may_watch(user, self.run_id)
-            except Exception:  # a database hiccup: keep the socket, look again next time
-                logger.warning("cannot check access to run %s", self.run_id, exc_info=True)
-                continue
-            if not allowed:
-                await self.close(code=CLOSE_REFUSED)
-                return
+    async def _refuse(self) -> None:
+        """The user may no longer watch this run."""
+        await self.close(code=CLOSE_REFUSED)
 
     def _after(self) -> int | None:
         """The ``after`` query parameter: the last seq a reconnecting client has seen."""
-        value = _query_parameter(self.scope, "after")
+        value = socket_access.query_parameter(self.scope, "after")
         # isdigit() alone accepts "²", which int() refuses (the connection would crash).
         if value is not None and value.isascii() and value.isdigit():
             return int(value)
         return None
 
     async def disconnect(self, code: int) -> None:
-        if getattr(self, "access_watch", None) is not None:
-            self.access_watch.cancel()
-            self.access_watch = None
+        if getattr(self, "watched", False):
+            socket_access.unwatch(self)
+            self.watched = False
         if getattr(self, "listening_locally", False):
             events.stop_listening_locally(self.run_id, self._forward_local)
             self.listening_locally = False

@@ -118,3 +118,39 @@ async def test_a_wrong_token_or_an_outsiders_token_is_refused(sim_pool, outsider
     token = await sync_to_async(Token.objects.create)(user=outsider)
     assert await close_code(site_communicator(f"/ws/runs/{run_id}/?token=not-a-token")) == 4403
     assert await close_code(site_communicator(f"/ws/runs/{run_id}/?token={token.key}")) == 4403
+
+
+async def test_a_password_change_closes_sockets_of_older_sessions(sim_pool, viewer):
+    run_id = await new_run_id(sim_pool)
+    browser = Client()
+    await sync_to_async(browser.force_login)(viewer)
+    cookie = (b"cookie", f"sessionid={browser.cookies['sessionid'].value}".encode())
+    communicator = site_communicator(f"/ws/runs/{run_id}/", [cookie])
+
+    def change_password():
+        viewer.set_password("a-new-password-9")
+        viewer.save(update_fields=["password"])
+
+    try:
+        await communicator.connect()
+        await communicator.receive_json_from()
+        seconds, code = await seconds_until_closed(communicator, sync_to_async(change_password))
+    finally:
+        await communicator.disconnect()
+    assert code == 4403 and seconds < 1.0
+
+
+async def test_only_the_socket_whose_access_ended_is_closed(sim_pool, viewer, reviewer):
+    run_id = await new_run_id(sim_pool)
+    leaving, staying = communicator_for(run_id, viewer), communicator_for(run_id, reviewer)
+    try:
+        for communicator in (leaving, staying):
+            await communicator.connect()
+            await communicator.receive_json_from()
+        removal = sync_to_async(lambda: Membership.objects.filter(user=viewer).delete())
+        seconds, code = await seconds_until_closed(leaving, removal)
+        assert await staying.receive_nothing(timeout=1.2)
+    finally:
+        await leaving.disconnect()
+        await staying.disconnect()
+    assert code == 4403 and seconds < 1.0
