@@ -247,14 +247,14 @@ CONTENT_SECURITY_POLICY = {
 # Behind HTTPS: DJANGO_HTTPS=1 turns every one of these on (HSTS for a year, subdomains and
 # preload included); each can also be set on its own. DJANGO_SECURE_PROXY_SSL_HEADER=1 trusts
 # X-Forwarded-Proto from the proxy in front (set it only when that proxy always sets it).
-HTTPS = env_flag("DJANGO_HTTPS")
-SECURE_SSL_REDIRECT = env_flag("DJANGO_SECURE_SSL_REDIRECT", HTTPS)
+behind_https = env_flag("DJANGO_HTTPS")
+SECURE_SSL_REDIRECT = env_flag("DJANGO_SECURE_SSL_REDIRECT", behind_https)
 SECURE_HSTS_SECONDS = int(
-    os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "31536000" if HTTPS else "0")
+    os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "31536000" if behind_https else "0")
 )
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env_flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
-SECURE_HSTS_PRELOAD = env_flag("DJANGO_SECURE_HSTS_PRELOAD", HTTPS)
-SESSION_COOKIE_SECURE = env_flag("DJANGO_SESSION_COOKIE_SECURE", HTTPS)
-CSRF_COOKIE_SECURE = env_flag("DJANGO_CSRF_COOKIE_SECURE", HTTPS)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", behind_https)
+SECURE_HSTS_PRELOAD = env_flag("DJANGO_SECURE_HSTS_PRELOAD", behind_https)
+SESSION_COOKIE_SECURE = env_flag("DJANGO_SESSION_COOKIE_SECURE", behind_https)
+CSRF_COOKIE_SECURE = env_flag("DJANGO_CSRF_COOKIE_SECURE", behind_https)
 if env_flag("DJANGO_SECURE_PROXY_SSL_HEADER"):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
