@@ -140,9 +140,9 @@ def allowed(watched: Iterable[Watched]) -> set[Watched]:
     viewable = selectors.viewable_pairs((w.user_id, w.run_id) for w in watched)
     credentials = {w.credential for w in watched if w.credential is not None}
     tokens = dict(
-        Token.objects.filter(
-            key__in={c.key for c in credentials if c.kind == "token"}
-        ).values_list("key", "user_id")
+        Token.objects.filter(key__in={c.key for c in credentials if c.kind == "token"}).values_list(
+            "key", "user_id"
+        )
     )
     sessions = _session_users({c.key for c in credentials if c.kind == "session"})
     session_user_ids = {int(uid) for uid, _ in sessions.values() if uid.isdigit()}

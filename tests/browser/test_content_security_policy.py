@@ -87,7 +87,11 @@ def test_pages_load_with_nothing_refused_and_the_graph_draws_live(context, serve
     assert refusals.of(page) == []
 
     run_id = re.search(r"/runs/(\d+)/", page.url).group(1)
-    admin_pages = ("/admin/", "/admin/orchestrator/pool/", f"/admin/orchestrator/run/{run_id}/change/")
+    admin_pages = (
+        "/admin/",
+        "/admin/orchestrator/pool/",
+        f"/admin/orchestrator/run/{run_id}/change/",
+    )
     for path in admin_pages:
         page.goto(path)
         assert refusals.of(page) == [], path

@@ -82,9 +82,9 @@ async def test_a_deactivated_user_is_closed_out(sim_pool, viewer):
     try:
         await communicator.connect()
         await communicator.receive_json_from()
-        deactivate = sync_to_async(lambda: type(viewer).objects.filter(pk=viewer.pk).update(
-            is_active=False
-        ))
+        deactivate = sync_to_async(
+            lambda: type(viewer).objects.filter(pk=viewer.pk).update(is_active=False)
+        )
         seconds, code = await seconds_until_closed(communicator, deactivate)
     finally:
         await communicator.disconnect()
