@@ -69,7 +69,8 @@ def test_every_page_has_the_policy_and_no_inline_code(client, sim_pool, superuse
     for page in pages:
         response = client.get(page)
         assert response.status_code == 200, page
-        assert "script-src 'self';" in response["Content-Security-Policy"], page
+        assert policy_of(response)["script-src"] == "script-src 'self'", page
+        assert policy_of(response)["style-src"] == "style-src 'self'", page
         assert "unsafe-inline" not in response["Content-Security-Policy"]
         assert inline_code(response.content.decode()) == [], page
 
