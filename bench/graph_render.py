@@ -42,6 +42,7 @@ from tests.browser.server import (
     LiveServer,
     browser_missing_reason,
     log_in,
+    wait_for_js,
 )
 
 SIZES = ((500, 5), (5_000, 5), (50_000, 10))
@@ -184,8 +185,8 @@ def measure(page, base_url: str, run_id: int) -> dict[str, float]:
         opened = time.perf_counter()
         box = page.evaluate("window.runPage.graph.clientPositionOfGroup(0)")
         page.mouse.click(box["x"], box["y"])
-        page.wait_for_function("window.runPage.graph.expanded.has(0)", timeout=120_000)
-        page.wait_for_function("window.runPage.graph.cy.nodes('.step').length > 0", timeout=120_000)
+        wait_for_js(page, "window.runPage.graph.expanded.has(0)", timeout=120_000)
+        wait_for_js(page, "window.runPage.graph.cy.nodes('.step').length > 0", timeout=120_000)
         figures["open_round_ms"] = round((time.perf_counter() - opened) * 1000)
     step_id = page.evaluate(
         "window.runPage.store.orderedSteps().find((s) => s.round === 0 && s.index === 1).id"

@@ -43,6 +43,7 @@ from tests.browser.server import (
     browser_missing_reason,
     log_in,
     start_live_server,
+    wait_for_js,
 )
 
 CLIENTS = 100
@@ -176,8 +177,9 @@ def main() -> int:
                 all_connected.wait(30)
                 viewer = context.new_page()
                 viewer.goto(f"/runs/{run_id}/")
-                viewer.wait_for_function(
-                    "window.runPage && (window.runPage.live.socket || window.runPage.live.stopped)"
+                wait_for_js(
+                    viewer,
+                    "window.runPage && (window.runPage.live.socket || window.runPage.live.stopped)",
                 )
                 viewer.evaluate(BROWSER_PROBE)
                 saw_the_end = watching.result(timeout=120)

@@ -7,9 +7,11 @@ show already joined, so a page costs a constant number of queries however many r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 
 from orchestrator.events import plan_data
@@ -60,6 +62,34 @@ def user_can_run(*, user: Any, project: Project | int) -> bool:
 def user_can_view(*, user: Any, run: Run) -> bool:
     """Whether a user may see a run: a member of its project, or a superuser."""
     return user_role(user=user, project=run.project_id) is not None
+
+
+def viewable_pairs(pairs: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Which (user id, run id) pairs still hold: the run exists and the user is active and a
+    member of its project, or a superuser. Four small queries however many pairs (the live
+    sockets' periodic access check)."""
+    pairs = set(pairs)
+    user_ids = {user_id for user_id, _ in pairs}
+    users = dict(
+        get_user_model()
+        .objects.filter(pk__in=user_ids, is_active=True)
+        .values_list("pk", "is_superuser")
+    )
+    run_projects = dict(
+        Run.objects.filter(pk__in={run_id for _, run_id in pairs}).values_list("pk", "project_id")
+    )
+    members = set(
+        Membership.objects.filter(
+            user_id__in=users, project_id__in=set(run_projects.values())
+        ).values_list("user_id", "project_id")
+    )
+    return {
+        (user_id, run_id)
+        for user_id, run_id in pairs
+        if user_id in users
+        and run_id in run_projects
+        and (users[user_id] or (user_id, run_projects[run_id]) in members)
+    }
 
 
 def _visible_runs(user: Any, project: Project | int | None = None) -> QuerySet[Run]:
@@ -257,3 +287,24 @@ _GRAPH_STEP_COLUMNS = (
     "id", "round", "index", "worker_name", "instruction", "status", "tokens_in", "tokens_out",
     "latency", "reads",
 )  # fmt: skip
+
+
+def worker_missing_keys(*, worker: Worker) -> list[str]:
+    """The environment variables this worker's key should be in that this server lacks (names,
+    never values): its steps fail at once until an operator sets them."""
+    from orchestrator.providers import missing_key_variables
+
+    return missing_key_variables(
+        worker.model, api_base=worker.api_base, api_key_env=worker.api_key_env
+    )
+
+
+def conductor_missing_keys(*, pool: Pool) -> list[str]:
+    """The same for the pool's conductor."""
+    from orchestrator.providers import missing_key_variables
+
+    return missing_key_variables(
+        pool.conductor_model,
+        api_base=pool.conductor_api_base,
+        api_key_env=pool.conductor_api_key_env,
+    )

@@ -11,6 +11,7 @@ from django.contrib import admin
 from django.db import models
 from django.forms.fields import InvalidJSONInput
 
+from orchestrator import selectors
 from orchestrator.models import Membership, Plan, Pool, Project, Run, RunEvent, Step, Worker
 from webui.api.parsers import MAX_JSON_DEPTH, too_deep_in
 
@@ -33,6 +34,14 @@ class BoundedJSONFormField(forms.JSONField):
 
 
 BOUNDED_JSON: dict = {models.JSONField: {"form_class": BoundedJSONFormField}}
+
+
+def key_status(missing: list[str]) -> str:
+    """What the pool pages say of a key before any run: set, or which variables are not set."""
+    if not missing:
+        return "set (or not needed)"
+    names = ", ".join(missing)
+    return f"NOT SET on this server: {names}. Steps fail at once until it is set."
 
 
 class MembershipInline(admin.TabularInline):
@@ -72,7 +81,13 @@ class WorkerInline(admin.TabularInline):
         "price_out",
         "description",
         "enabled",
+        "key",
     )
+    readonly_fields = ("key",)
+
+    @admin.display(description="Key")
+    def key(self, worker: Worker) -> str:
+        return key_status(selectors.worker_missing_keys(worker=worker)) if worker.pk else ""
 
 
 @admin.register(Pool)
@@ -91,6 +106,7 @@ class PoolAdmin(admin.ModelAdmin):
                     "conductor_model",
                     "conductor_api_base",
                     "conductor_api_key_env",
+                    "conductor_key",
                     "conductor_params",
                     "max_steps",
                     "max_rounds",
@@ -101,6 +117,11 @@ class PoolAdmin(admin.ModelAdmin):
         ),
         ("Limits", {"fields": ["step_timeout", "token_budget", "cost_budget"]}),
     )
+    readonly_fields = ("conductor_key",)
+
+    @admin.display(description="Conductor key")
+    def conductor_key(self, pool: Pool) -> str:
+        return key_status(selectors.conductor_missing_keys(pool=pool)) if pool.pk else ""
 
 
 @admin.register(Worker)
@@ -109,6 +130,11 @@ class WorkerAdmin(admin.ModelAdmin):
     list_filter = ("enabled", "pool")
     search_fields = ("name", "model")
     formfield_overrides = BOUNDED_JSON
+    readonly_fields = ("key",)
+
+    @admin.display(description="Key")
+    def key(self, worker: Worker) -> str:
+        return key_status(selectors.worker_missing_keys(worker=worker)) if worker.pk else ""
 
 
 class ReadOnlyInline(admin.TabularInline):

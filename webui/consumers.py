@@ -7,22 +7,13 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from orchestrator import events, selectors
+from orchestrator import events
 from orchestrator.models import Run
+from webui import socket_access
 
-CLOSE_FORBIDDEN = 4403
-CLOSE_NOT_FOUND = 4404
-
-
-@database_sync_to_async
-def _run_access(user: Any, run_id: int) -> int | None:
-    """None if the user may watch the run, else the close code saying why not."""
-    run = Run.objects.filter(pk=run_id).only("pk", "project_id").first()
-    if run is None:
-        return CLOSE_NOT_FOUND
-    if not selectors.user_can_view(user=user, run=run):
-        return CLOSE_FORBIDDEN
-    return None
+# One code for every refusal (not logged in, no such run, not a member, access ended), so run
+# ids cannot be probed by telling "does not exist" from "not yours".
+CLOSE_REFUSED = 4403
 
 
 @database_sync_to_async
@@ -45,9 +36,12 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     """``/ws/runs/<id>/``: a snapshot (or, with ``?after=N``, the stored events after N), then
     every live event of the run once, in order.
 
-    Anonymous users and users outside the run's project are closed with 4403, unknown runs with
-    4404. The consumer joins the run's group before reading the snapshot, so no event falls
-    between the two; events it has already covered (seq at most the last one sent) are dropped.
+    Who: the site's session (the page) or an API token (``socket_access``). Anonymous users,
+    users outside the run's project and unknown runs are all closed with 4403; so is an open
+    socket within about a second of its session or token ending or its user leaving the project.
+
+    The consumer joins the run's group before reading the snapshot, so no event falls between
+    the two; events it has already covered (seq at most the last one sent) are dropped.
     """
 
     async def connect(self) -> None:
@@ -55,17 +49,19 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.group = events.group_name(self.run_id)
         self.joined = False
         self.listening_locally = False
+        self.watched = False
         self.last_sent_seq = 0
-        user = self.scope.get("user")
-        refusal = (
-            CLOSE_FORBIDDEN
-            if user is None or not user.is_authenticated
-            else await _run_access(user, self.run_id)
-        )
+        user, credential = await socket_access.authenticate(self.scope)
+        watched = None
+        if user is not None:
+            watched = socket_access.Watched(user.pk, self.run_id, credential)
+        allowed = watched is not None and bool(await socket_access.allowed([watched]))
         await self.accept()  # accepted first so the client receives the close code
-        if refusal is not None:
-            await self.close(code=refusal)
+        if not allowed:
+            await self.close(code=CLOSE_REFUSED)
             return
+        socket_access.watch(self, watched, self._refuse)
+        self.watched = True
         await self.channel_layer.group_add(self.group, self.channel_name)
         self.joined = True
         after = self._after()
@@ -82,17 +78,22 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         events.listen_locally(self.run_id, self._forward_local)
         self.listening_locally = True
 
+    async def _refuse(self) -> None:
+        """The user may no longer watch this run."""
+        await self.close(code=CLOSE_REFUSED)
+
     def _after(self) -> int | None:
         """The ``after`` query parameter: the last seq a reconnecting client has seen."""
-        query = self.scope.get("query_string", b"").decode("latin-1")
-        for part in query.split("&"):
-            name, _, value = part.partition("=")
-            # isdigit() alone accepts "²", which int() refuses (the connection would crash).
-            if name == "after" and value.isascii() and value.isdigit():
-                return int(value)
+        value = socket_access.query_parameter(self.scope, "after")
+        # isdigit() alone accepts "²", which int() refuses (the connection would crash).
+        if value is not None and value.isascii() and value.isdigit():
+            return int(value)
         return None
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "watched", False):
+            socket_access.unwatch(self)
+            self.watched = False
         if getattr(self, "listening_locally", False):
             events.stop_listening_locally(self.run_id, self._forward_local)
             self.listening_locally = False

@@ -8,6 +8,7 @@ execution. See README.md for every variable.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -238,3 +239,54 @@ SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = [
     "drf_spectacular.hooks.postprocess_schema_enums",
     "webui.api.schema.document_error_responses",
 ]
+
+# --- Site hardening: login throttling, Content-Security-Policy, HTTPS (README: Production) ---
+# After CONDUCTOR_LOGIN_FAILURE_LIMIT wrong passwords for one username from one address
+# (CONDUCTOR_LOGIN_LOCKOUT: comma-separated alternatives, "+" joins a combination), logins for
+# it from there fail, the right password too, until CONDUCTOR_LOGIN_COOLOFF_SECONDS have passed.
+INSTALLED_APPS += ["axes"]
+MIDDLEWARE += ["csp.middleware.CSPMiddleware", "axes.middleware.AxesMiddleware"]
+AUTHENTICATION_BACKENDS = [
+    "webui.throttling.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_ENABLED = env_flag("CONDUCTOR_LOGIN_THROTTLING", True)
+AXES_FAILURE_LIMIT = int(os.environ.get("CONDUCTOR_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(
+    seconds=float(os.environ.get("CONDUCTOR_LOGIN_COOLOFF_SECONDS", "900"))
+)
+AXES_LOCKOUT_PARAMETERS = [
+    [name.strip() for name in combination.split("+")]
+    for combination in os.environ.get("CONDUCTOR_LOGIN_LOCKOUT", "username+ip_address").split(",")
+]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+
+# Every page: no inline script or style, nothing from another origin; the live socket is ours.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'", "ws:", "wss:"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+
+# Behind HTTPS: DJANGO_HTTPS=1 turns every one of these on (HSTS for a year, subdomains and
+# preload included); each can also be set on its own. DJANGO_SECURE_PROXY_SSL_HEADER=1 trusts
+# X-Forwarded-Proto from the proxy in front (set it only when that proxy always sets it).
+behind_https = env_flag("DJANGO_HTTPS")
+SECURE_SSL_REDIRECT = env_flag("DJANGO_SECURE_SSL_REDIRECT", behind_https)
+SECURE_HSTS_SECONDS = int(
+    os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "31536000" if behind_https else "0")
+)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", behind_https)
+SECURE_HSTS_PRELOAD = env_flag("DJANGO_SECURE_HSTS_PRELOAD", behind_https)
+SESSION_COOKIE_SECURE = env_flag("DJANGO_SESSION_COOKIE_SECURE", behind_https)
+CSRF_COOKIE_SECURE = env_flag("DJANGO_CSRF_COOKIE_SECURE", behind_https)
+if env_flag("DJANGO_SECURE_PROXY_SSL_HEADER"):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

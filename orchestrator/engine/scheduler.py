@@ -64,6 +64,8 @@ async def call_with_retries(
     ``settings.max_attempts`` attempts. ``on_failed_attempt(error, seconds)`` hears of every
     attempt that failed (the conductor records each as a PlanAttempt). ``latency`` is that of the
     successful call: what the client reported, else what was measured. Only ModelError is caught.
+    A ModelError that is not retryable (a ConfigurationError always: a missing key, a refused
+    key, an unknown model) ends the call after that one attempt.
     """
     timeout = settings.step_timeout
     attempt = 0

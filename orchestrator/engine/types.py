@@ -74,6 +74,15 @@ class ModelError(Exception):
         self.status = status
 
 
+class ConfigurationError(ModelError):
+    """A worker that cannot work as configured: its key variable is not set, the provider
+    refuses the key (401/403), or no provider knows its model string. Never retried: another
+    attempt would fail the same way until an operator changes the configuration."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message, retryable=False, status=status)
+
+
 class ModelClient(Protocol):
     """Messages in; text, token counts, cost and latency out. Implemented in providers/."""
 

@@ -47,3 +47,14 @@ def make_client(
         price_in=price_in,
         price_out=price_out,
     )
+
+
+def missing_key_variables(model: str, *, api_base: str = "", api_key_env: str = "") -> list[str]:
+    """The environment variables a worker (or conductor) needs for its key and that are not set
+    in this process: names only, never values. Empty for the simulator and for a worker whose
+    key is there. May import litellm (seconds, once) for a worker that names no variable."""
+    if is_simulated(model):
+        return []
+    from orchestrator.providers.litellm_client import missing_key_variables as missing
+
+    return missing(model, api_base=api_base, api_key_env=api_key_env)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.engine.types import Completion, Message, ModelError
+from orchestrator.engine.types import Completion, ConfigurationError, Message, ModelError
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 MAX_ERROR_LENGTH = 300
@@ -23,6 +23,8 @@ MAX_ERROR_LENGTH = 300
 # because the OpenAI SDK refuses to send a request without.
 NO_KEY_PLACEHOLDER = "no-key"
 _KEY_LIKE = re.compile(r"\b(sk|pk|rk)[-_][A-Za-z0-9_\-]{8,}")
+# What the OpenAI SDK says (and litellm passes on as a 500) when it was given no key at all.
+_NO_CREDENTIALS = ("Missing credentials", "api_key client option must be set")
 
 _litellm: Any = None
 
@@ -40,6 +42,32 @@ def _load_litellm() -> Any:
         litellm.set_verbose = False
         _litellm = litellm
     return _litellm
+
+
+def missing_key_variables(model: str, *, api_base: str = "", api_key_env: str = "") -> list[str]:
+    """The names of the environment variables that should hold this worker's key and are not
+    set (never their values). A worker that names its variable needs that one; one that names
+    none and has no API base uses litellm's default for its provider (``OPENAI_API_KEY``, ...);
+    one with an API base and no variable needs no key (a local server)."""
+    if api_key_env:
+        return [] if os.environ.get(api_key_env) else [api_key_env]
+    if api_base:
+        return []
+    found = _load_litellm().validate_environment(model=model)
+    if found.get("keys_in_environment"):
+        return []
+    # Only the key itself: an unset OLLAMA_API_BASE or VERTEXAI_PROJECT has a working default.
+    return [name for name in found.get("missing_keys", []) if "KEY" in name or "TOKEN" in name]
+
+
+def missing_key_message(model: str, names: Sequence[str]) -> str:
+    """What a worker whose key variables ``names`` are unset fails with."""
+    if len(names) == 1:
+        return f"environment variable {names[0]} is not set (it should hold the key for {model})"
+    return (
+        f"environment variables {', '.join(names)} are not set "
+        f"(they should hold the key for {model})"
+    )
 
 
 def redact(text: str, secret: str | None) -> str:
@@ -64,16 +92,14 @@ class LiteLLMClient:
     price_out: float = 0.0
 
     def _api_key(self) -> str | None:
+        missing = missing_key_variables(
+            self.model, api_base=self.api_base, api_key_env=self.api_key_env
+        )
+        if missing:
+            raise ConfigurationError(missing_key_message(self.model, missing))
         if not self.api_key_env:
             return NO_KEY_PLACEHOLDER if self.api_base else None
-        key = os.environ.get(self.api_key_env, "")
-        if not key:
-            raise ModelError(
-                f"the environment variable {self.api_key_env} that should hold the API key "
-                "for this worker is not set",
-                retryable=False,
-            )
-        return key
+        return os.environ[self.api_key_env]
 
     async def complete(self, messages: Sequence[Message], *, timeout: float) -> Completion:
         litellm = _load_litellm()
@@ -131,6 +157,8 @@ def _as_model_error(
     status = getattr(error, "status_code", None)
     status = status if isinstance(status, int) else None
     detail = redact(str(error), api_key)
+    if any(phrase in str(error) for phrase in _NO_CREDENTIALS):
+        return ConfigurationError(f"{model} was called without an API key: {detail}")
     if isinstance(error, exceptions.Timeout):
         return ModelError(f"{model} timed out: {detail}", retryable=True, status=status)
     if isinstance(error, exceptions.RateLimitError):
@@ -138,13 +166,17 @@ def _as_model_error(
     if isinstance(error, exceptions.APIConnectionError) and status in (None, 500):
         return ModelError(f"cannot reach {model}: {detail}", retryable=True, status=None)
     if isinstance(error, exceptions.AuthenticationError):
-        return ModelError(
-            f"{model} rejected the API key (401): {detail}", retryable=False, status=401
-        )
+        return ConfigurationError(f"{model} rejected the API key (401): {detail}", status=401)
     if isinstance(error, exceptions.PermissionDeniedError):
-        return ModelError(f"{model} denied access (403): {detail}", retryable=False, status=403)
+        return ConfigurationError(f"{model} denied access (403): {detail}", status=403)
     if isinstance(error, exceptions.NotFoundError):
-        return ModelError(f"{model} was not found (404): {detail}", retryable=False, status=404)
+        return ConfigurationError(f"{model} was not found (404): {detail}", status=404)
+    if isinstance(error, exceptions.BadRequestError) and "LLM Provider NOT provided" in str(error):
+        return ConfigurationError(
+            f"{model} is not a model string litellm knows (write provider/model, such as "
+            f"openai/gpt-5): {detail}",
+            status=400,
+        )
     if isinstance(error, exceptions.BadRequestError):
         return ModelError(
             f"{model} rejected the request (400): {detail}", retryable=False, status=400

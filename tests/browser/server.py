@@ -198,6 +198,23 @@ def log_in(page, server: LiveServer) -> None:
         raise RuntimeError("logging in failed: still on the login page")
 
 
+def wait_for_js(page, expression: str, timeout: float = 30_000, every: float = 0.05) -> object:
+    """Poll a JavaScript expression until it is truthy; returns its value.
+
+    Use this instead of ``page.wait_for_function``: Playwright builds that predicate with
+    ``new Function`` inside the page, which the site's Content-Security-Policy refuses (no
+    'unsafe-eval'), while ``page.evaluate`` goes through the debugging protocol and is allowed.
+    """
+    deadline = time.monotonic() + timeout / 1000
+    while True:
+        value = page.evaluate(expression)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"still falsy after {timeout:.0f} ms: {expression}")
+        time.sleep(every)
+
+
 def csrf_token(context) -> str:
     """The CSRF cookie of a logged-in browser context, for API calls made with its session."""
     for cookie in context.cookies():

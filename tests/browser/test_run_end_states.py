@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.browser.server import LiveServer, RunMaker, log_in, start_live_server
+from tests.browser.server import LiveServer, RunMaker, log_in, start_live_server, wait_for_js
 
 pytestmark = pytest.mark.browser
 
@@ -91,9 +91,7 @@ def test_cancel_button_stops_a_run_and_the_page_shows_every_step_closed(slow_pag
     assert statuses[first_closed] == "cancelled"
     assert set(statuses[first_closed + 1 :]) == {"skipped"}
     # The graph draws the same states, with the legend naming them.
-    page.wait_for_function(
-        "window.runPage.graph.cy.nodes('.step[status = \"skipped\"]').length > 0"
-    )
+    wait_for_js(page, "window.runPage.graph.cy.nodes('.step[status = \"skipped\"]').length > 0")
     assert graph_states(page) == dict(states)
     legend = page.inner_text("#graph-legend")
     assert "cancelled" in legend and "skipped" in legend

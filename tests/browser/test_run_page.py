@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from tests.browser.server import RunMaker, log_in, start_live_server
+from tests.browser.server import RunMaker, log_in, start_live_server, wait_for_js
 
 pytestmark = pytest.mark.browser
 
@@ -280,7 +280,7 @@ def test_a_huge_run_folds_its_rounds_and_opens_one_on_demand(browser_page, live_
 
     point = page.evaluate("window.runPage.graph.clientPositionOfGroup(1)")
     page.mouse.click(point["x"], point["y"])
-    page.wait_for_function("window.runPage.graph.expanded.has(1)", timeout=30_000)
+    wait_for_js(page, "window.runPage.graph.expanded.has(1)", timeout=30_000)
     rounds = page.evaluate(
         "[...new Set(window.runPage.graph.cy.nodes('.step').map((n) => n.data('round')))]"
     )

@@ -176,3 +176,16 @@ def test_a_member_of_a_new_project_sees_its_runs(sim_pool, project):
     newcomer = make_member(project=project)
     run = make_run(pool=sim_pool)
     assert ids(selectors.run_list(user=newcomer)) == [run.pk]
+
+
+def test_viewable_pairs_keeps_members_and_superusers_of_existing_runs(
+    sim_pool, viewer, outsider, superuser
+):
+    from orchestrator.selectors import viewable_pairs
+    from tests.factories import make_run
+
+    run = make_run(pool=sim_pool)
+    pairs = {(viewer.pk, run.pk), (outsider.pk, run.pk), (superuser.pk, run.pk), (viewer.pk, 0)}
+    assert viewable_pairs(pairs) == {(viewer.pk, run.pk), (superuser.pk, run.pk)}
+    type(viewer).objects.filter(pk=viewer.pk).update(is_active=False)
+    assert viewable_pairs(pairs) == {(superuser.pk, run.pk)}

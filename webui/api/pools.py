@@ -31,11 +31,19 @@ class PoolWorkerOutputSerializer(serializers.Serializer):
     api_key_env = serializers.SerializerMethodField(
         help_text="Name of the environment variable holding the key (admins only; never the key)."
     )
+    key_missing = serializers.SerializerMethodField(
+        help_text="True when the variable that should hold this worker's key is not set on the "
+        "server: its steps would fail at once, naming the variable, until an operator sets it."
+    )
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_api_key_env(self, worker) -> str | None:
         is_admin = self.context["pool_roles"].get(worker.pool_id) == Membership.Role.ADMIN
         return worker.api_key_env if is_admin else None
+
+    @extend_schema_field(OpenApiTypes.BOOL)
+    def get_key_missing(self, worker) -> bool:
+        return bool(selectors.worker_missing_keys(worker=worker))
 
 
 class PoolListApi(APIView):
@@ -58,11 +66,18 @@ class PoolListApi(APIView):
         )
         access_mode = serializers.CharField()
         can_run = serializers.SerializerMethodField()
+        conductor_key_missing = serializers.SerializerMethodField(
+            help_text="True when the variable that should hold the conductor's key is not set."
+        )
         workers = PoolWorkerOutputSerializer(source="enabled_workers", many=True)
 
         @extend_schema_field(OpenApiTypes.BOOL)
         def get_can_run(self, pool) -> bool:
             return self.context["pool_roles"].get(pool.pk) in selectors.ROLES_THAT_RUN
+
+        @extend_schema_field(OpenApiTypes.BOOL)
+        def get_conductor_key_missing(self, pool) -> bool:
+            return bool(selectors.conductor_missing_keys(pool=pool))
 
     @extend_schema(operation_id="pools_list", responses=PoolOutputSerializer(many=True))
     def get(self, request: Request) -> Response:

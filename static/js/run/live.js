@@ -3,8 +3,8 @@
 
 const FIRST_RETRY_MS = 500;
 const MAX_RETRY_MS = 10000;
-// Close codes of the run's consumer that no retry can change: no access, no such run.
-const REFUSED = new Set([4403, 4404]);
+// The close code of the run's consumer that no retry can change: no such run, or no access.
+const REFUSED = new Set([4403]);
 
 export class LiveConnection {
   // onEvent(event) gets each new event once, in seq order; onState(state) gets

@@ -10,8 +10,9 @@ from typing import ClassVar
 
 import pytest
 
-from orchestrator.engine.types import ModelError
-from orchestrator.providers import make_client
+from orchestrator.engine.scheduler import call_with_retries
+from orchestrator.engine.types import ConfigurationError, ModelError, RunSettings
+from orchestrator.providers import make_client, missing_key_variables
 
 KEY_ENV = "CONDUCTOR_TEST_API_KEY"
 SECRET = "sk-test-0123456789abcdef-secret"
@@ -221,3 +222,75 @@ async def test_an_unreachable_server_is_a_retryable_connection_error():
 async def test_an_empty_reply_is_a_model_error(server):
     with pytest.raises(ModelError, match="empty reply"):
         await make_client("openai/silent", api_base=server).complete(MESSAGES, timeout=10)
+
+
+class Waits:
+    """The scheduler's sleep, recording how long it was asked to wait instead of waiting."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.seconds.append(seconds)
+
+
+RETRYING = RunSettings(max_attempts=3, backoff=0.01, step_timeout=10)
+
+
+async def test_an_unset_key_variable_fails_the_step_at_once_naming_it(server, monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    client = make_client("openai/guarded", api_base=server, api_key_env=KEY_ENV)
+    waits = Waits()
+    outcome = await call_with_retries(client, MESSAGES, settings=RETRYING, sleep=waits)
+    assert outcome.completion is None
+    assert outcome.attempts == 1 and waits.seconds == []
+    assert outcome.error.startswith(f"environment variable {KEY_ENV} is not set")
+    assert FakeOpenAI.requests == []
+
+
+async def test_a_provider_default_key_that_is_unset_is_named_too(monkeypatch):
+    # No variable named by the worker and no API base: litellm would read OPENAI_API_KEY, and
+    # the OpenAI SDK used to report its absence as a retryable "500 Missing credentials".
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    client = make_client("openai/gpt-4o-mini")
+    waits = Waits()
+    outcome = await call_with_retries(client, MESSAGES, settings=RETRYING, sleep=waits)
+    assert outcome.attempts == 1 and waits.seconds == []
+    assert outcome.error.startswith("environment variable OPENAI_API_KEY is not set")
+
+
+async def test_a_rejected_key_is_tried_once(server, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "sk-wrong-key-0123456789")
+    client = make_client("openai/guarded", api_base=server, api_key_env=KEY_ENV)
+    waits = Waits()
+    outcome = await call_with_retries(client, MESSAGES, settings=RETRYING, sleep=waits)
+    assert outcome.completion is None and outcome.attempts == 1 and waits.seconds == []
+    assert "(401)" in outcome.error and "wrong-key" not in outcome.error
+    assert len(FakeOpenAI.requests) == 1
+
+
+async def test_a_server_error_is_still_retried(server):
+    waits = Waits()
+    client = make_client("openai/broken", api_base=server)
+    outcome = await call_with_retries(client, MESSAGES, settings=RETRYING, sleep=waits)
+    assert outcome.attempts == 3 and len(waits.seconds) == 2
+    assert len(FakeOpenAI.requests) == 3
+
+
+async def test_a_model_string_without_a_provider_is_a_configuration_error(server):
+    with pytest.raises(ConfigurationError, match="not a model string litellm knows"):
+        await make_client("nonsense/model", api_base=server).complete(MESSAGES, timeout=10)
+    assert FakeOpenAI.requests == []
+
+
+def test_missing_key_variables_names_what_is_unset_and_nothing_else(monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    assert missing_key_variables("openai/x", api_base="http://h/v1", api_key_env=KEY_ENV) == [
+        KEY_ENV
+    ]
+    assert missing_key_variables("anthropic/claude-x") == ["ANTHROPIC_API_KEY"]
+    assert missing_key_variables("openai/local", api_base="http://127.0.0.1:1/v1") == []
+    assert missing_key_variables("sim/arith", api_key_env=KEY_ENV) == []
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    assert missing_key_variables("openai/x", api_key_env=KEY_ENV) == []

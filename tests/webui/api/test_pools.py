@@ -51,3 +51,38 @@ def test_a_pools_limits_are_shown(api_as, sim_pool, viewer):
     pool = api_as(viewer).get(POOLS_URL).json()[0]
     assert (pool["max_steps"], pool["max_rounds"]) == (5, 2)
     assert (pool["token_budget"], pool["cost_budget"]) == (200_000, None)
+
+
+def test_a_worker_whose_key_variable_is_unset_is_flagged_before_any_run(
+    api_as, sim_pool, project_admin, monkeypatch
+):
+    monkeypatch.delenv("KEY_NOBODY_SET", raising=False)
+    monkeypatch.setenv("KEY_THAT_IS_SET", "sk-set-and-never-shown")
+    Worker.objects.create(
+        pool=sim_pool, position=10, name="Unset", model="openai/gpt-x",
+        api_key_env="KEY_NOBODY_SET", description="d",
+    )  # fmt: skip
+    Worker.objects.create(
+        pool=sim_pool, position=11, name="Set", model="openai/gpt-x",
+        api_key_env="KEY_THAT_IS_SET", description="d",
+    )  # fmt: skip
+
+    response = api_as(project_admin).get(POOLS_URL)
+    flags = {w["name"]: w["key_missing"] for w in response.json()[0]["workers"]}
+
+    assert flags["Unset"] is True and flags["Set"] is False
+    assert not any(flag for name, flag in flags.items() if name not in ("Unset", "Set"))
+    assert response.json()[0]["conductor_key_missing"] is False  # the simulated conductor
+    assert b"sk-set-and-never-shown" not in response.content
+
+
+def test_the_pool_admin_page_warns_of_an_unset_key(client, sim_pool, superuser, monkeypatch):
+    monkeypatch.delenv("KEY_NOBODY_SET", raising=False)
+    Worker.objects.create(
+        pool=sim_pool, position=10, name="Unset", model="openai/gpt-x",
+        api_key_env="KEY_NOBODY_SET", description="d",
+    )  # fmt: skip
+    client.force_login(superuser)
+    page = client.get(reverse("admin:orchestrator_pool_change", args=[sim_pool.pk]))
+    assert page.status_code == 200
+    assert "NOT SET on this server: KEY_NOBODY_SET" in page.content.decode()

@@ -1,0 +1,156 @@
+"""RunConsumer keeps checking access while a socket is open, and takes API tokens."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+from rest_framework.authtoken.models import Token
+
+from orchestrator.models import Membership
+from orchestrator.services.runs import run_create
+from tests.webui.test_consumers import QUESTION, close_code, communicator_for
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("async_db_connections_closed"),
+]
+
+SITE = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")]
+
+
+def site_communicator(path: str, headers: list[tuple[bytes, bytes]] = ()) -> WebsocketCommunicator:
+    """A socket through the whole site (origin check, cookies, sessions), as a browser opens it."""
+    from webui.asgi import application
+
+    return WebsocketCommunicator(application, path, headers=[*SITE, *headers])
+
+
+async def new_run_id(pool) -> int:
+    run = await sync_to_async(run_create)(pool=pool, input=QUESTION, enqueue=False)
+    return run.pk
+
+
+async def seconds_until_closed(communicator, action) -> tuple[float, int]:
+    """Do ``action`` on an open, snapshotted socket; how long until the consumer closes it."""
+    await action()
+    started = time.perf_counter()
+    output = await communicator.receive_output(timeout=3)
+    assert output["type"] == "websocket.close", output
+    return time.perf_counter() - started, output["code"]
+
+
+async def test_logging_out_closes_an_open_socket_within_a_second(sim_pool, viewer):
+    run_id = await new_run_id(sim_pool)
+    browser = Client()
+    await sync_to_async(browser.force_login)(viewer)
+    cookie = (b"cookie", f"sessionid={browser.cookies['sessionid'].value}".encode())
+    communicator = site_communicator(f"/ws/runs/{run_id}/", [cookie])
+    try:
+        connected, _ = await communicator.connect()
+        assert connected
+        assert (await communicator.receive_json_from())["type"] == "snapshot"
+        # Still allowed: the periodic check leaves the socket open.
+        assert await communicator.receive_nothing(timeout=1.2)
+        seconds, code = await seconds_until_closed(
+            communicator, sync_to_async(lambda: browser.post("/accounts/logout/"))
+        )
+    finally:
+        await communicator.disconnect()
+    assert code == 4403 and seconds < 1.0
+
+
+async def test_leaving_the_project_closes_an_open_socket_within_a_second(sim_pool, viewer):
+    run_id = await new_run_id(sim_pool)
+    communicator = communicator_for(run_id, viewer)
+    try:
+        await communicator.connect()
+        assert (await communicator.receive_json_from())["type"] == "snapshot"
+        removal = sync_to_async(lambda: Membership.objects.filter(user=viewer).delete())
+        seconds, code = await seconds_until_closed(communicator, removal)
+    finally:
+        await communicator.disconnect()
+    assert code == 4403 and seconds < 1.0
+
+
+async def test_a_deactivated_user_is_closed_out(sim_pool, viewer):
+    run_id = await new_run_id(sim_pool)
+    communicator = communicator_for(run_id, viewer)
+    try:
+        await communicator.connect()
+        await communicator.receive_json_from()
+        deactivate = sync_to_async(
+            lambda: type(viewer).objects.filter(pk=viewer.pk).update(is_active=False)
+        )
+        seconds, code = await seconds_until_closed(communicator, deactivate)
+    finally:
+        await communicator.disconnect()
+    assert code == 4403 and seconds < 1.0
+
+
+@pytest.mark.parametrize("how", ["query", "header"])
+async def test_an_api_token_opens_a_socket(sim_pool, viewer, how):
+    run_id = await new_run_id(sim_pool)
+    token = await sync_to_async(Token.objects.create)(user=viewer)
+    if how == "query":
+        communicator = site_communicator(f"/ws/runs/{run_id}/?token={token.key}")
+    else:
+        header = (b"authorization", f"Token {token.key}".encode())
+        communicator = site_communicator(f"/ws/runs/{run_id}/", [header])
+    try:
+        connected, _ = await communicator.connect()
+        assert connected
+        snapshot = await communicator.receive_json_from()
+        assert snapshot["type"] == "snapshot" and snapshot["run"] == run_id
+        seconds, code = await seconds_until_closed(
+            communicator, sync_to_async(token.delete)
+        )  # a revoked token ends the socket too
+    finally:
+        await communicator.disconnect()
+    assert code == 4403 and seconds < 1.0
+
+
+async def test_a_wrong_token_or_an_outsiders_token_is_refused(sim_pool, outsider):
+    run_id = await new_run_id(sim_pool)
+    token = await sync_to_async(Token.objects.create)(user=outsider)
+    assert await close_code(site_communicator(f"/ws/runs/{run_id}/?token=not-a-token")) == 4403
+    assert await close_code(site_communicator(f"/ws/runs/{run_id}/?token={token.key}")) == 4403
+
+
+async def test_a_password_change_closes_sockets_of_older_sessions(sim_pool, viewer):
+    run_id = await new_run_id(sim_pool)
+    browser = Client()
+    await sync_to_async(browser.force_login)(viewer)
+    cookie = (b"cookie", f"sessionid={browser.cookies['sessionid'].value}".encode())
+    communicator = site_communicator(f"/ws/runs/{run_id}/", [cookie])
+
+    def change_password():
+        viewer.set_password("a-new-password-9")
+        viewer.save(update_fields=["password"])
+
+    try:
+        await communicator.connect()
+        await communicator.receive_json_from()
+        seconds, code = await seconds_until_closed(communicator, sync_to_async(change_password))
+    finally:
+        await communicator.disconnect()
+    assert code == 4403 and seconds < 1.0
+
+
+async def test_only_the_socket_whose_access_ended_is_closed(sim_pool, viewer, reviewer):
+    run_id = await new_run_id(sim_pool)
+    leaving, staying = communicator_for(run_id, viewer), communicator_for(run_id, reviewer)
+    try:
+        for communicator in (leaving, staying):
+            await communicator.connect()
+            await communicator.receive_json_from()
+        removal = sync_to_async(lambda: Membership.objects.filter(user=viewer).delete())
+        seconds, code = await seconds_until_closed(leaving, removal)
+        assert await staying.receive_nothing(timeout=1.2)
+    finally:
+        await leaving.disconnect()
+        await staying.disconnect()
+    assert code == 4403 and seconds < 1.0
