@@ -11,14 +11,14 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 BENCHES := parse engine_overhead concurrency suite stored_overhead check_time celery_throughput graph_render live_latency runs_list
 
-.PHONY: install demo serve test test-fast test-production bench clean
+.PHONY: install demo serve test test-fast test-production bench clean lint
 
 install: $(PY_STAMP) $(JS_STAMP)
 
 $(PY_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
 	touch $@
 
 $(JS_STAMP): package.json package-lock.json scripts/copy_vendor.py
@@ -38,6 +38,7 @@ serve:
 # Three sessions: Playwright's sync API keeps an event loop running in the main thread, which
 # Django then takes for an async context, so browser tests never share a process with the rest.
 test: install
+	$(MAKE) --no-print-directory lint
 	$(BIN)/pytest -m "not production and not browser"
 	$(BIN)/pytest -m browser
 	$(MAKE) --no-print-directory test-production
@@ -49,6 +50,14 @@ test-production: install
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) DJANGO_SECRET_KEY=test-only \
 		CONDUCTOR_EXECUTION=celery \
 		$(BIN)/pytest -m production
+
+# The checked habits (also run by .pre-commit-config.yaml): ruff's rules and format, mypy --strict
+# on the engine and providers (configured in pyproject.toml), ESLint on static/js/.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	npx --no-install eslint .
 
 bench: install
 	@for b in $(BENCHES); do echo "== bench.$$b"; $(BIN)/python -m bench.$$b || exit 1; done

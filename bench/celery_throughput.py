@@ -19,6 +19,7 @@ Run from the repository root: ``python -m bench.celery_throughput``. Ends with o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -83,10 +84,8 @@ def start_worker(concurrency: int, env: dict[str, str], queue: str, log_path: Pa
 
 
 def stop_worker(process: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait(timeout=30)
 
 

@@ -11,6 +11,7 @@ Run from the repository root: ``python -m bench.check_time``. Ends with one JSON
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import subprocess
@@ -51,10 +52,8 @@ def import_times(stderr: str) -> dict[str, int]:
             continue
         _, cumulative_us, name = line[len("import time:") :].split("|")
         if name.startswith(" ") and not name.startswith("  "):  # top level: one space of indent
-            try:
+            with contextlib.suppress(ValueError):  # the header line
                 cumulative[name.strip()] = int(cumulative_us)
-            except ValueError:  # the header line
-                pass
     return cumulative
 
 

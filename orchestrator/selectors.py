@@ -50,7 +50,7 @@ def user_roles(*, user: Any) -> dict[int, str]:
     if not getattr(user, "is_authenticated", False):
         return {}
     if user.is_superuser:
-        return {pk: Membership.Role.ADMIN for pk in Project.objects.values_list("pk", flat=True)}
+        return dict.fromkeys(Project.objects.values_list("pk", flat=True), Membership.Role.ADMIN)
     return dict(Membership.objects.filter(user_id=user.pk).values_list("project_id", "role"))
 
 

@@ -8,12 +8,12 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webui.settings")
 django_asgi_app = get_asgi_application()
 
 # Imported only now: they need the app registry that get_asgi_application() filled.
-from channels.auth import AuthMiddlewareStack
-from channels.routing import ProtocolTypeRouter, URLRouter
-from channels.security.websocket import AllowedHostsOriginValidator
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from webui.routing import websocket_urlpatterns
+from webui.routing import websocket_urlpatterns  # noqa: E402
 
 # The embedded server serves its own static files; a production deployment may put a
 # web server in front and set CONDUCTOR_SERVE_STATIC=0.

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from orchestrator.engine.types import ALL, Access, AccessMode, StepSpec, Workflow
 
@@ -402,7 +402,7 @@ def _pool_description(pool_size: int) -> str:
     return f"{pool_size} workers (0-{pool_size - 1})"
 
 
-def _is_index(value: Any) -> bool:
+def _is_index(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -542,7 +542,7 @@ def parse_workflow(
         if assignment is not None and assignment.value is None:
             raise WorkflowError(assignment.error_message(text, max_steps))
     values: dict[str, list[Any]] = {}
-    for name, assignment in zip(LIST_NAMES, lists):
+    for name, assignment in zip(LIST_NAMES, lists, strict=True):
         if assignment is None or assignment.value is None:
             raise WorkflowError(f"found no {name} = [...] list")
         values[name] = assignment.value

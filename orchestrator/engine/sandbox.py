@@ -18,6 +18,7 @@ a message that says how to enable it. Pure Python and stdlib only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -26,6 +27,7 @@ import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 BWRAP = "/usr/bin/bwrap"
 PRLIMIT = "/usr/bin/prlimit"
@@ -298,19 +300,15 @@ def _kill(process: subprocess.Popen[bytes], *, program_pid: int | None) -> None:
     kill every other process in there, and bwrap, its parent, reaps it and exits. Should bwrap
     not exit, its process group is killed too (the program then dies by --die-with-parent)."""
     if program_pid is not None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(program_pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         try:
             process.wait(timeout=2)
             return
         except subprocess.TimeoutExpired:
             pass
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait()
 
 
@@ -321,7 +319,7 @@ def _read_available(fd: int) -> bytes:
         return b""
 
 
-def _info(info: bytes) -> dict:
+def _info(info: bytes) -> dict[str, Any]:
     try:
         data = json.loads(info.decode("utf-8") or "{}")
     except ValueError:

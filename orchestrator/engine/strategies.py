@@ -9,7 +9,7 @@ asks for a final "Answer: ..." line.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 from orchestrator.engine.conductor import PromptedConductor
 from orchestrator.engine.types import (
@@ -79,7 +79,7 @@ class FixedStrategy:
 
 
 def build_strategy(
-    name: str, *, conductor: ModelClient | None = None, options: Mapping | None = None
+    name: str, *, conductor: ModelClient | None = None, options: Mapping[str, Any] | None = None
 ) -> Strategy:
     """The Strategy called ``name``, configured by ``options``.
 
@@ -135,7 +135,7 @@ def build_strategy(
     raise ValueError(f'unknown strategy "{name}" (known: {known})')
 
 
-def _reject_unknown(name: str, options: Mapping, *, allowed: tuple[str, ...]) -> None:
+def _reject_unknown(name: str, options: Mapping[str, Any], *, allowed: tuple[str, ...]) -> None:
     unknown = sorted(str(key) for key in options if key not in allowed)
     if unknown:
         takes = ", ".join(allowed) if allowed else "no options"
@@ -187,7 +187,7 @@ def _shown(value: object, limit: int = 60) -> str:
 
 def _index(
     name: str,
-    options: Mapping,
+    options: Mapping[str, Any],
     key: str,
     *,
     default: int,
@@ -204,7 +204,7 @@ def _index(
     return number
 
 
-def _indices(name: str, options: Mapping, key: str) -> list[int] | None:
+def _indices(name: str, options: Mapping[str, Any], key: str) -> list[int] | None:
     if key not in options or options[key] is None:
         return None
     value = options[key]

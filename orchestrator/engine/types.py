@@ -271,8 +271,10 @@ class Strategy(Protocol):
     """
 
     name: str
-    max_rounds: int | None
-    """The most rounds this strategy ever plans (1 for a fixed strategy); None: as settings allow."""
+
+    @property
+    def max_rounds(self) -> int | None:
+        """The most rounds this strategy ever plans (1 for a fixed strategy); None: as settings allow."""
 
     async def plan(
         self,

@@ -3,7 +3,6 @@
 import django.core.validators
 from django.db import migrations, models
 
-
 # The defaults as they were when this migration was written (a migration must not follow later
 # changes to the model's defaults).
 TOKEN_BUDGET = 200_000

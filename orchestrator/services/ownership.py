@@ -39,13 +39,13 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from orchestrator.models import Run
-from orchestrator.sql import can_return
 from orchestrator.services.recording import (
     RUN_TABLE,
     _db_datetime,
     _update_returning,
     record_run_failed,
 )
+from orchestrator.sql import can_return
 
 logger = logging.getLogger(__name__)
 

@@ -29,20 +29,22 @@ def test_seq_increases_by_one_per_run(sim_pool, run):
 
 
 def test_events_are_sent_only_after_commit(run, sent_events, django_capture_on_commit_callbacks):
-    with django_capture_on_commit_callbacks(execute=True):
-        with transaction.atomic():
-            event = events.publish(run.pk, events.RUN_STATUS, {"status": "running"})
-            assert sent_events == []
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        event = events.publish(run.pk, events.RUN_STATUS, {"status": "running"})
+        assert sent_events == []
     assert sent_events == [event]
 
 
 def test_a_rolled_back_event_is_neither_stored_nor_sent(
     run, sent_events, django_capture_on_commit_callbacks
 ):
-    with django_capture_on_commit_callbacks(execute=True):
-        with pytest.raises(RuntimeError), transaction.atomic():
-            events.publish(run.pk, events.RUN_STATUS, {"status": "running"})
-            raise RuntimeError("the change failed")
+    with (
+        django_capture_on_commit_callbacks(execute=True),
+        pytest.raises(RuntimeError),
+        transaction.atomic(),
+    ):
+        events.publish(run.pk, events.RUN_STATUS, {"status": "running"})
+        raise RuntimeError("the change failed")
     assert sent_events == []
     assert not RunEvent.objects.filter(run=run).exists()
     assert events.publish(run.pk, events.RUN_STATUS, {"status": "running"})["seq"] == 1

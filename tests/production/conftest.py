@@ -11,6 +11,7 @@ group, and are always killed with SIGKILL at teardown.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -127,10 +128,8 @@ class CeleryWorkerProcess:
         if self.killed:
             return
         self.killed = True
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.process.wait(timeout=10)
 
     def pool_children(self) -> list[int]:

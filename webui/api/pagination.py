@@ -11,7 +11,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
-
 MAX_PAGE = 100_000
 """The highest page number a list accepts (pages and the API alike): a larger one would ask the
 database for an offset past its integer range (a 500), and no one pages that far."""

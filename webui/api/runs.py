@@ -26,13 +26,13 @@ from orchestrator.engine.strategies import (
 from orchestrator.models import Run
 from orchestrator.services.runs import run_cancel, run_create
 from webui.api.pagination import MAX_PAGE, PagePagination
-from webui.converters import MAX_ID
 from webui.api.serializers import (
     RunDetailOutputSerializer,
     RunSummaryOutputSerializer,
     TextField,
     WholeNumberField,
 )
+from webui.converters import MAX_ID
 
 
 def validation_error_from_django(error: DjangoValidationError) -> ValidationError:
@@ -110,6 +110,7 @@ class RunListCreateApi(APIView):
                 for parameter, text in zip(
                     PagePagination().get_schema_operation_parameters(None),
                     (f"Page number, from 1 to {MAX_PAGE}.", "Runs per page (at most 200)."),
+                    strict=True,
                 )
             ],
         ],

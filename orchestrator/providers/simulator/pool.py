@@ -90,7 +90,7 @@ DEFAULT_SKILL = 0.6
 def profile_skills(model: str) -> dict[str, float]:
     """The skills of ``sim/<profile>``; an unknown profile is average at everything."""
     profile = PROFILES.get(model.removeprefix("sim/"))
-    return dict(profile.skills) if profile else {domain: DEFAULT_SKILL for domain in DOMAINS}
+    return dict(profile.skills) if profile else dict.fromkeys(DOMAINS, DEFAULT_SKILL)
 
 
 @dataclass(frozen=True, slots=True)

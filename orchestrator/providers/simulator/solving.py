@@ -103,9 +103,9 @@ def mistake(task: Task, pick: float) -> Attempt:
     if task.domain == "countdown":
         puzzle = countdown_puzzle(task.question)
         if puzzle:
-            _, near_miss, value = _countdown_search(*puzzle)
-            if near_miss and value != puzzle[1]:
-                return Attempt(near_miss, f"{near_miss} = {value}")
+            _, near_miss, near_value = _countdown_search(*puzzle)
+            if near_miss and near_value != puzzle[1]:
+                return Attempt(near_miss, f"{near_miss} = {near_value}")
         return Attempt(task.solution + " + 1", "close enough")
     if task.domain == "code":
         return Attempt(task.mistakes[int(pick * len(task.mistakes))], task.misleading_plan)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from orchestrator.engine.grading import GraderKind, evaluate_expression
 from orchestrator.providers.simulator import facts
@@ -394,10 +394,10 @@ class _CodeTemplate:
     describe: Callable[..., str]
     correct: Callable[..., str]
     buggy: Callable[..., str]
-    inputs: Callable[..., list[tuple]]
+    inputs: Callable[..., list[tuple[Any, ...]]]
     plan: Callable[..., str]
     misleading_plan: Callable[..., str]
-    variants: tuple[dict, ...]
+    variants: tuple[dict[str, Any], ...]
 
 
 _CODE_TEMPLATES: tuple[_CodeTemplate, ...] = (
@@ -695,7 +695,7 @@ def _first_prime(m: int, r: int) -> int:
     return candidate
 
 
-def _run_reference(source: str, function: str, inputs: list[tuple]) -> list[object]:
+def _run_reference(source: str, function: str, inputs: list[tuple[Any, ...]]) -> list[object]:
     """Expected outputs, computed by the package's own reference implementation (trusted code)."""
     namespace: dict[str, object] = {}
     exec(compile(source, f"<reference {function}>", "exec"), namespace)  # noqa: S102 - our own source
@@ -734,7 +734,7 @@ def _code_tasks() -> Iterator[Task]:
             )
 
 
-def _call_args(args: tuple) -> str:
+def _call_args(args: tuple[Any, ...]) -> str:
     return "(" + ", ".join(repr(arg) for arg in args) + ")"
 
 

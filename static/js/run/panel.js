@@ -168,7 +168,7 @@ export class DetailsPanel {
     ];
     if (plan.error) sections.push(section("Error", element("pre", { class: "error-text" }, plan.error)));
     if (plan.workflow && plan.workflow.length) {
-      const rows = plan.workflow.map((spec, index) =>
+      const rows = plan.workflow.map((spec) =>
         element(
           "li",
           {},

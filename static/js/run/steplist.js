@@ -106,7 +106,7 @@ export class StepList {
   onKeydown(event) {
     const item = event.target.closest("li[data-step-id]");
     if (!item || event.altKey || event.ctrlKey || event.metaKey) return;
-    let target = null;
+    let target;
     if (event.key === "ArrowDown" || event.key === "j") target = item.nextElementSibling;
     else if (event.key === "ArrowUp" || event.key === "k") target = item.previousElementSibling;
     else if (event.key === "Home") target = this.list.firstElementChild;

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from orchestrator.engine.plan import WorkflowError, format_workflow, parse_workflow

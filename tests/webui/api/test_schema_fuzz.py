@@ -127,7 +127,7 @@ def test_every_operation_keeps_to_its_schema(wsgi_app, project_admin, sim_pool, 
                 )
                 def check(case):
                     figures.cases += 1
-                    response = case.call_and_validate(excluded_checks=excluded)
+                    response = case.call_and_validate(excluded_checks=excluded)  # noqa: B023 (run below, in this iteration)
                     figures.statuses[response.status_code] = (
                         figures.statuses.get(response.status_code, 0) + 1
                     )
