@@ -25,8 +25,12 @@ def enqueued(monkeypatch) -> list[int]:
     return calls
 
 
-def test_creates_a_queued_run_in_the_pools_project(sim_pool, reviewer, enqueued):
-    run = run_create(pool=sim_pool, input=f"  {QUESTION}  ", created_by=reviewer, enqueue=False)
+def test_creates_a_queued_run_in_the_pools_project(
+    sim_pool, reviewer, enqueued, sent_events, django_capture_on_commit_callbacks
+):
+    # The commit happens (its callbacks run), so an enqueue would be seen.
+    with django_capture_on_commit_callbacks(execute=True):
+        run = run_create(pool=sim_pool, input=f"  {QUESTION}  ", created_by=reviewer, enqueue=False)
 
     stored = Run.objects.get(pk=run.pk)
     assert stored.status == Run.Status.QUEUED
@@ -34,7 +38,8 @@ def test_creates_a_queued_run_in_the_pools_project(sim_pool, reviewer, enqueued)
     assert stored.input == QUESTION
     assert stored.strategy == "conductor"
     assert stored.created_by == reviewer
-    assert enqueued == []
+    assert [event["status"] for event in sent_events] == ["queued"]
+    assert enqueued == []  # enqueue=False: the caller (the CLI) executes the run itself
 
 
 def test_publishes_queued_and_enqueues_only_after_commit(
