@@ -1,0 +1,259 @@
+"""Recording a run: what RunRecorder stores and publishes for each engine callback, and how the
+RecordingObserver sends those events from the event loop, in order, only after each commit."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.engine.types import (
+    PlanAttempt,
+    PlanRecord,
+    RunResult,
+    StepRecord,
+    StepSpec,
+    Totals,
+    Workflow,
+)
+from orchestrator.models import Run, RunEvent, Step
+from orchestrator.services.recording import (
+    RecordingObserver,
+    RunCancelled,
+    RunRecorder,
+    RunTakenOver,
+)
+from tests.factories import make_run
+
+WORKFLOW = Workflow((StepSpec(0, "solve it", ()), StepSpec(1, "check step 0", (0,))))
+
+
+@pytest.fixture
+def run(sim_pool) -> Run:
+    return make_run(pool=sim_pool)
+
+
+@pytest.fixture
+def worker_ids(sim_pool) -> list[int]:
+    return list(sim_pool.workers.order_by("position").values_list("pk", flat=True))
+
+
+def step_records(workflow: Workflow = WORKFLOW) -> list[StepRecord]:
+    return [
+        StepRecord(
+            round=0,
+            index=index,
+            spec=spec,
+            worker_name=f"w{spec.worker}",
+            model=f"sim/w{spec.worker}",
+            reads=workflow.reads(index),
+        )
+        for index, spec in enumerate(workflow.steps)
+    ]
+
+
+def plan_record() -> PlanRecord:
+    attempt = PlanAttempt(raw="three lists", tokens_in=100, tokens_out=20, cost=0.01)
+    return PlanRecord(round=0, strategy="conductor", attempts=[attempt], workflow=WORKFLOW)
+
+
+def finished(record: StepRecord, response: str, **usage) -> StepRecord:
+    record.status = "succeeded"
+    record.response = response
+    record.messages = [{"role": "user", "content": record.spec.instruction}]
+    record.tokens_in, record.tokens_out = usage.get("tokens_in", 10), usage.get("tokens_out", 5)
+    record.cost, record.attempts = usage.get("cost", 0.001), 1
+    return record
+
+
+def stored_events(run: Run) -> list[tuple[int, str]]:
+    return list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", "type"))
+
+
+def recorder_for(run: Run, worker_ids: list[int], sent: list[dict], **kwargs) -> RunRecorder:
+    return RunRecorder(run_id=run.pk, worker_ids=worker_ids, deliver=sent.append, **kwargs)
+
+
+def test_a_whole_run_is_stored_and_announced_in_seq_order(
+    run, worker_ids, django_capture_on_commit_callbacks
+):
+    delivered: list[dict] = []
+    recorder = recorder_for(run, worker_ids, delivered)
+    records = step_records()
+    with django_capture_on_commit_callbacks(execute=True):
+        recorder.planning(0)
+        recorder.plan_created(plan_record(), records)
+        recorder.step_started(records[0])
+        recorder.step_result(finished(records[0], "80 - 30 = 50"))
+        recorder.step_started(records[1])
+        recorder.step_result(finished(records[1], "ANSWER: 50"))
+        result = RunResult(
+            status="succeeded",
+            answer="50",
+            error="",
+            plans=[plan_record()],
+            steps=records,
+            totals=Totals(tokens_in=120, tokens_out=30, cost=0.012, model_calls=3, wall_time=0.5),
+        )
+        recorder.run_finished(result, 1.0)
+
+    types = [
+        "run.status",  # planning
+        "plan.created",
+        "step.created",
+        "step.created",
+        "run.status",  # running
+        "step.started",
+        "step.finished",
+        "step.started",
+        "step.finished",
+        "run.finished",
+    ]
+    assert stored_events(run) == list(enumerate(types, start=1))
+    assert [(event["seq"], event["type"]) for event in delivered] == stored_events(run)
+    assert [e["status"] for e in delivered if e["type"] == "run.status"] == ["planning", "running"]
+
+    run.refresh_from_db()
+    assert (run.status, run.answer, run.score, run.last_seq) == ("succeeded", "50", 1.0, 10)
+    assert (run.tokens_in, run.tokens_out, run.model_calls, run.step_count) == (120, 30, 3, 2)
+    steps = list(Step.objects.filter(run=run).order_by("index"))
+    assert [(s.status, s.response) for s in steps] == [
+        ("succeeded", "80 - 30 = 50"),
+        ("succeeded", "ANSWER: 50"),
+    ]
+    assert [s.worker_id for s in steps] == worker_ids[:2]
+    assert steps[1].reads == [steps[0].pk]  # the access list, resolved to step ids
+    assert delivered[-1]["totals"]["step_count"] == 2
+
+
+def test_a_stored_result_is_never_overwritten_nor_counted_twice(
+    run, worker_ids, django_capture_on_commit_callbacks
+):
+    delivered: list[dict] = []
+    recorder = recorder_for(run, worker_ids, delivered)
+    records = step_records()
+    with django_capture_on_commit_callbacks(execute=True):
+        recorder.plan_created(plan_record(), records)
+        recorder.step_result(finished(records[0], "first", tokens_in=10))
+        # A second execution (a redelivered task) reports the same step again.
+        again = RunRecorder(
+            run_id=run.pk, worker_ids=worker_ids, deliver=delivered.append, status="running"
+        )
+        again.step_started(records[0])
+        again.step_result(finished(step_records()[0], "second", tokens_in=999))
+
+    step = Step.objects.get(run=run, index=0)
+    assert (step.status, step.response, step.tokens_in) == ("succeeded", "first", 10)
+    run.refresh_from_db()
+    assert run.tokens_in == 100 + 10  # the plan's calls and the first result only
+    assert [e["type"] for e in delivered].count("step.finished") == 1
+    assert "step.started" not in [e["type"] for e in delivered]
+
+
+def test_a_plan_stored_once_is_not_stored_again_on_resume(
+    run, worker_ids, django_capture_on_commit_callbacks
+):
+    delivered: list[dict] = []
+    with django_capture_on_commit_callbacks(execute=True):
+        recorder_for(run, worker_ids, delivered).plan_created(plan_record(), step_records())
+        resumed = recorder_for(
+            run,
+            worker_ids,
+            delivered,
+            steps=Step.objects.filter(run=run),
+            plan_rounds=[0],
+        )
+        resumed.plan_created(plan_record(), step_records())
+
+    assert run.plans.count() == 1 and run.steps.count() == 2
+    assert [e["type"] for e in delivered] == ["plan.created", "step.created", "step.created"]
+
+
+def test_callbacks_of_a_cancelled_run_are_refused_and_rolled_back(
+    run, worker_ids, django_capture_on_commit_callbacks
+):
+    delivered: list[dict] = []
+    recorder = recorder_for(run, worker_ids, delivered)
+    records = step_records()
+    with django_capture_on_commit_callbacks(execute=True):
+        recorder.plan_created(plan_record(), records)
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.CANCELLED)
+    seqs_before = stored_events(run)
+
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(RunCancelled):
+        recorder.step_result(finished(records[0], "too late"))
+
+    assert Step.objects.get(run=run, index=0).status == "pending"
+    assert stored_events(run) == seqs_before
+    assert len(delivered) == len(seqs_before)
+
+
+def test_an_execution_that_was_taken_over_records_nothing(
+    run, worker_ids, django_capture_on_commit_callbacks
+):
+    Run.objects.filter(pk=run.pk).update(fence=2)
+    delivered: list[dict] = []
+    stale = recorder_for(run, worker_ids, delivered, fence=1)
+
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(RunTakenOver):
+        stale.plan_created(plan_record(), step_records())
+
+    assert not run.steps.exists() and not run.plans.exists()
+    assert delivered == [] and stored_events(run) == []
+
+
+def test_run_finished_closes_the_steps_still_open(
+    run, worker_ids, django_capture_on_commit_callbacks
+):
+    delivered: list[dict] = []
+    recorder = recorder_for(run, worker_ids, delivered)
+    records = step_records()
+    with django_capture_on_commit_callbacks(execute=True):
+        recorder.plan_created(plan_record(), records)
+        recorder.step_started(records[0])
+        result = RunResult(
+            status="failed",
+            answer="",
+            error="budget exceeded",
+            plans=[],
+            steps=records,
+            totals=Totals(),
+        )
+        recorder.run_finished(result, None)
+
+    steps = dict(Step.objects.filter(run=run).values_list("index", "pk"))
+    statuses = dict(Step.objects.filter(run=run).values_list("index", "status"))
+    assert statuses == {0: "cancelled", 1: "skipped"}
+    last = delivered[-1]
+    assert last["type"] == "run.finished" and last["status"] == "failed"
+    assert last["error"] == "budget exceeded"
+    closed = {status: value["ids"] for status, value in last["closed_steps"].items()}
+    assert closed == {"cancelled": [steps[0]], "skipped": [steps[1]]}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_observer_sends_each_callbacks_events_after_its_commit_in_order(
+    sim_pool, sent_events, async_db_connections_closed
+):
+    from asgiref.sync import sync_to_async
+
+    run = await sync_to_async(make_run)(pool=sim_pool)
+    worker_ids = await sync_to_async(
+        lambda: list(sim_pool.workers.order_by("position").values_list("pk", flat=True))
+    )()
+    observer = RecordingObserver(run_id=run.pk, worker_ids=worker_ids)
+    records = step_records()
+
+    await observer.planning(0)
+    assert [e["type"] for e in sent_events] == ["run.status"]  # sent as soon as it committed
+    await observer.plan_created(plan_record(), records)
+    await observer.step_started(records[0])
+    await observer.step_finished(finished(records[0], "50"))
+    await observer.step_started(records[1])
+    failed = records[1]
+    failed.status, failed.error, failed.attempts = "failed", "timed out", 2
+    await observer.step_failed(failed)
+
+    assert [e["seq"] for e in sent_events] == list(range(1, 10))
+    assert [e["type"] for e in sent_events][-2:] == ["step.started", "step.failed"]
+    assert sent_events[-1]["step"]["error"] == "timed out"
+    stored = await sync_to_async(stored_events)(run)
+    assert [(e["seq"], e["type"]) for e in sent_events] == stored
