@@ -68,16 +68,33 @@ def stored_events(run: Run) -> list[tuple[int, str]]:
     return list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", "type"))
 
 
-def recorder_for(run: Run, worker_ids: list[int], sent: list[dict], **kwargs) -> RunRecorder:
-    return RunRecorder(run_id=run.pk, worker_ids=worker_ids, deliver=sent.append, **kwargs)
+@pytest.fixture
+def delivered() -> list[dict]:
+    """The events every recorder of a test delivered, in the order of their commits."""
+    return []
+
+
+@pytest.fixture
+def recorder_for(run, worker_ids, delivered):
+    def make(**kwargs) -> RunRecorder:
+        return RunRecorder(run_id=run.pk, worker_ids=worker_ids, deliver=delivered.append, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def planned(recorder_for, django_capture_on_commit_callbacks):
+    """A recorder whose run has its plan and two pending steps stored, and their records."""
+    recorder, records = recorder_for(), step_records()
+    with django_capture_on_commit_callbacks(execute=True):
+        recorder.plan_created(plan_record(), records)
+    return recorder, records
 
 
 def test_a_whole_run_is_stored_and_announced_in_seq_order(
-    run, worker_ids, django_capture_on_commit_callbacks
+    run, worker_ids, delivered, recorder_for, django_capture_on_commit_callbacks
 ):
-    delivered: list[dict] = []
-    recorder = recorder_for(run, worker_ids, delivered)
-    records = step_records()
+    recorder, records = recorder_for(), step_records()
     with django_capture_on_commit_callbacks(execute=True):
         recorder.planning(0)
         recorder.plan_created(plan_record(), records)
@@ -95,18 +112,8 @@ def test_a_whole_run_is_stored_and_announced_in_seq_order(
         )
         recorder.run_finished(result, 1.0)
 
-    types = [
-        "run.status",  # planning
-        "plan.created",
-        "step.created",
-        "step.created",
-        "run.status",  # running
-        "step.started",
-        "step.finished",
-        "step.started",
-        "step.finished",
-        "run.finished",
-    ]
+    created, ran = ["step.created"] * 2, ["step.started", "step.finished"] * 2
+    types = ["run.status", "plan.created", *created, "run.status", *ran, "run.finished"]
     assert stored_events(run) == list(enumerate(types, start=1))
     assert [(event["seq"], event["type"]) for event in delivered] == stored_events(run)
     assert [e["status"] for e in delivered if e["type"] == "run.status"] == ["planning", "running"]
@@ -125,18 +132,13 @@ def test_a_whole_run_is_stored_and_announced_in_seq_order(
 
 
 def test_a_stored_result_is_never_overwritten_nor_counted_twice(
-    run, worker_ids, django_capture_on_commit_callbacks
+    run, delivered, recorder_for, planned, django_capture_on_commit_callbacks
 ):
-    delivered: list[dict] = []
-    recorder = recorder_for(run, worker_ids, delivered)
-    records = step_records()
+    recorder, records = planned
     with django_capture_on_commit_callbacks(execute=True):
-        recorder.plan_created(plan_record(), records)
         recorder.step_result(finished(records[0], "first", tokens_in=10))
         # A second execution (a redelivered task) reports the same step again.
-        again = RunRecorder(
-            run_id=run.pk, worker_ids=worker_ids, deliver=delivered.append, status="running"
-        )
+        again = recorder_for(status="running")
         again.step_started(records[0])
         again.step_result(finished(step_records()[0], "second", tokens_in=999))
 
@@ -149,18 +151,10 @@ def test_a_stored_result_is_never_overwritten_nor_counted_twice(
 
 
 def test_a_plan_stored_once_is_not_stored_again_on_resume(
-    run, worker_ids, django_capture_on_commit_callbacks
+    run, delivered, recorder_for, planned, django_capture_on_commit_callbacks
 ):
-    delivered: list[dict] = []
+    resumed = recorder_for(steps=Step.objects.filter(run=run), plan_rounds=[0])
     with django_capture_on_commit_callbacks(execute=True):
-        recorder_for(run, worker_ids, delivered).plan_created(plan_record(), step_records())
-        resumed = recorder_for(
-            run,
-            worker_ids,
-            delivered,
-            steps=Step.objects.filter(run=run),
-            plan_rounds=[0],
-        )
         resumed.plan_created(plan_record(), step_records())
 
     assert run.plans.count() == 1 and run.steps.count() == 2
@@ -168,13 +162,9 @@ def test_a_plan_stored_once_is_not_stored_again_on_resume(
 
 
 def test_callbacks_of_a_cancelled_run_are_refused_and_rolled_back(
-    run, worker_ids, django_capture_on_commit_callbacks
+    run, delivered, planned, django_capture_on_commit_callbacks
 ):
-    delivered: list[dict] = []
-    recorder = recorder_for(run, worker_ids, delivered)
-    records = step_records()
-    with django_capture_on_commit_callbacks(execute=True):
-        recorder.plan_created(plan_record(), records)
+    recorder, records = planned
     Run.objects.filter(pk=run.pk).update(status=Run.Status.CANCELLED)
     seqs_before = stored_events(run)
 
@@ -187,11 +177,10 @@ def test_callbacks_of_a_cancelled_run_are_refused_and_rolled_back(
 
 
 def test_an_execution_that_was_taken_over_records_nothing(
-    run, worker_ids, django_capture_on_commit_callbacks
+    run, delivered, recorder_for, django_capture_on_commit_callbacks
 ):
     Run.objects.filter(pk=run.pk).update(fence=2)
-    delivered: list[dict] = []
-    stale = recorder_for(run, worker_ids, delivered, fence=1)
+    stale = recorder_for(fence=1)
 
     with django_capture_on_commit_callbacks(execute=True), pytest.raises(RunTakenOver):
         stale.plan_created(plan_record(), step_records())
@@ -201,13 +190,10 @@ def test_an_execution_that_was_taken_over_records_nothing(
 
 
 def test_run_finished_closes_the_steps_still_open(
-    run, worker_ids, django_capture_on_commit_callbacks
+    run, delivered, planned, django_capture_on_commit_callbacks
 ):
-    delivered: list[dict] = []
-    recorder = recorder_for(run, worker_ids, delivered)
-    records = step_records()
+    recorder, records = planned
     with django_capture_on_commit_callbacks(execute=True):
-        recorder.plan_created(plan_record(), records)
         recorder.step_started(records[0])
         result = RunResult(
             status="failed",
