@@ -50,6 +50,19 @@ def embedded_env() -> dict[str, str]:
     return env
 
 
+def python(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """A fresh interpreter run with ``arguments`` from the repository root, on the defaults."""
+    return subprocess.run(
+        [sys.executable, *arguments],
+        check=False,
+        cwd=ROOT,
+        env=embedded_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def modules_imported(importtime_stderr: str) -> set[str]:
     """Every module named in the stderr of ``python -X importtime``.
 
@@ -63,30 +76,14 @@ def modules_imported(importtime_stderr: str) -> set[str]:
 
 
 def test_settings_urls_asgi_tasks_and_check_do_not_import_litellm():
-    done = subprocess.run(
-        [sys.executable, "-c", STARTUP],
-        check=False,
-        cwd=ROOT,
-        env=embedded_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = python("-c", STARTUP)
     assert done.returncode == 0, done.stderr
     imported = json.loads(done.stdout.strip().splitlines()[-1])
     assert imported == [], f"startup imported {imported}"
 
 
 def test_manage_py_check_does_not_import_litellm():
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "manage.py", "check"],
-        check=False,
-        cwd=ROOT,
-        env=embedded_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = python("-X", "importtime", "manage.py", "check")
     assert done.returncode == 0, done.stderr[-2000:]
     assert "System check identified no issues" in done.stdout
     imported = modules_imported(done.stderr)

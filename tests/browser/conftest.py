@@ -6,7 +6,8 @@ failure. The server runs on its own SQLite file, not the pytest-django test data
 data through the API (``make_run``) or ``live_server.manage(...)`` / ``live_server.shell(...)``.
 
 Fixtures: ``live_server`` (url, db_path, manage(), shell(), restart()), ``live_server_url``,
-``admin_credentials``, ``browser``, ``browser_page`` (logged in as admin), ``make_run``.
+``admin_credentials``, ``browser``, ``browser_page`` (logged in as admin), ``make_run``, and
+``slow_server`` / ``slow_page`` (workers that take about a second a step).
 """
 
 from __future__ import annotations
@@ -96,6 +97,28 @@ def browser_page(browser, live_server: LiveServer, live_server_url):
     context.set_default_timeout(15_000)
     page = context.new_page()
     log_in(page, live_server)
+    yield page
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def slow_server(tmp_path_factory, _browser_available) -> LiveServer:
+    """A server whose simulated workers answer in about a second: runs last long enough to watch
+    (and to cancel). One per test module that uses it."""
+    server = start_live_server(
+        tmp_path_factory.mktemp("slow-server"), extra_env={"CONDUCTOR_SIM_LATENCY_SCALE": "1"}
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def slow_page(browser, slow_server: LiveServer):
+    """A logged-in page on ``slow_server``."""
+    context = browser.new_context(base_url=slow_server.url, viewport={"width": 1400, "height": 900})
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    log_in(page, slow_server)
     yield page
     context.close()
 

@@ -11,37 +11,11 @@ import json
 
 import pytest
 
-from tests.browser.server import LiveServer, RunMaker, log_in, start_live_server, wait_for_js
+from tests.browser.pages import step_states
+from tests.browser.server import LiveServer, RunMaker, wait_for_js
 
 pytestmark = pytest.mark.browser
 
-
-@pytest.fixture(scope="module")
-def slow_server(tmp_path_factory, _browser_available):
-    server = start_live_server(
-        tmp_path_factory.mktemp("slow-server"), extra_env={"CONDUCTOR_SIM_LATENCY_SCALE": "1"}
-    )
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def slow_page(browser, slow_server):
-    context = browser.new_context(base_url=slow_server.url, viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(20_000)
-    page = context.new_page()
-    log_in(page, slow_server)
-    yield page
-    context.close()
-
-
-def step_states(page) -> list[tuple[int, str]]:
-    return [
-        (int(step_id), status)
-        for step_id, status in page.eval_on_selector_all(
-            "#step-list li", "items => items.map((li) => [li.dataset.stepId, li.dataset.status])"
-        )
-    ]
 
 
 def graph_states(page) -> dict[int, str]:

@@ -13,38 +13,12 @@ import re
 
 import pytest
 
-from tests.browser.server import RunMaker, log_in, start_live_server, wait_for_js
+from tests.browser.pages import step_states
+from tests.browser.server import RunMaker, wait_for_js
 
 pytestmark = pytest.mark.browser
 
 PAYLOAD = '<script>window.__pwned=1</script> and <img src=x onerror="window.__pwned=1"> **bold**'
-
-
-@pytest.fixture(scope="module")
-def slow_server(tmp_path_factory, _browser_available):
-    """A server whose simulated workers answer in about a second: runs last long enough to watch."""
-    server = start_live_server(
-        tmp_path_factory.mktemp("slow-server"), extra_env={"CONDUCTOR_SIM_LATENCY_SCALE": "1"}
-    )
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def slow_page(browser, slow_server):
-    context = browser.new_context(base_url=slow_server.url, viewport={"width": 1400, "height": 900})
-    context.set_default_timeout(20_000)
-    page = context.new_page()
-    log_in(page, slow_server)
-    yield page
-    context.close()
-
-
-def step_states(page) -> list[tuple[str, str]]:
-    """(step id, status) of every item of the step list, in order."""
-    return page.eval_on_selector_all(
-        "#step-list li", "items => items.map((li) => [li.dataset.stepId, li.dataset.status])"
-    )
 
 
 def wait_until_finished(page, timeout: float = 60_000) -> None:
@@ -143,7 +117,7 @@ def test_the_step_list_is_walked_with_the_keyboard(browser_page, make_run):
     page.keyboard.press("Escape")
     assert page.is_hidden("#run-panel")
     # Focus went back to where it was.
-    assert page.evaluate("document.activeElement.closest('li').dataset.stepId") == items[1][0]
+    assert page.evaluate("document.activeElement.closest('li').dataset.stepId") == str(items[1][0])
 
 
 def store_hostile_run(server) -> tuple[int, int]:

@@ -58,6 +58,16 @@ def wait_for(condition, *, timeout: float, what: str, interval: float = 0.05):
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
+def wait_until_finished(run: Run, *, what: str = "the run to finish") -> None:
+    """Until ``run`` has finished (any way), then refresh it."""
+    wait_for(
+        lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).exists(),
+        timeout=RUN_TIMEOUT,
+        what=what,
+    )
+    run.refresh_from_db()
+
+
 def stored_events(run_id: int) -> list[dict]:
     return events.events_after(run_id, 0)
 
@@ -164,12 +174,7 @@ def test_run_survives_its_worker_being_killed_mid_run(start_celery_worker):
     assert before and plans_before
 
     second = start_celery_worker()
-    wait_for(
-        lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).exists(),
-        timeout=RUN_TIMEOUT,
-        what="the run to finish on the second worker",
-    )
-    run.refresh_from_db()
+    wait_until_finished(run, what="the run to finish on the second worker")
     assert run.status == Run.Status.SUCCEEDED, run.error
     assert "run_execute_task" in second.log()
 
@@ -205,12 +210,7 @@ def test_a_run_longer_than_the_visibility_timeout_executes_once(start_celery_wor
     task = first_task("code")
     pool = simulated_pool(latency=1.5)  # five calls one after another: well over the timeout
     run = run_create(pool=pool, input=task.question, reference=task.reference, grader=task.grader)
-    wait_for(
-        lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).exists(),
-        timeout=RUN_TIMEOUT,
-        what="the run to finish",
-    )
-    run.refresh_from_db()
+    wait_until_finished(run)
     assert run.status == Run.Status.SUCCEEDED, run.error
     assert run.wall_time > VISIBILITY_TIMEOUT_SECONDS, "the run was too short to be redelivered"
 
@@ -251,12 +251,7 @@ def test_a_run_survives_its_pool_process_being_killed(start_celery_worker):
         step.pk: step.finished_at
         for step in Step.objects.filter(run=run, status=Step.Status.SUCCEEDED)
     }
-    wait_for(
-        lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).exists(),
-        timeout=RUN_TIMEOUT,
-        what="the run to finish after its pool process died",
-    )
-    run.refresh_from_db()
+    wait_until_finished(run, what="the run to finish after its pool process died")
     assert run.status == Run.Status.SUCCEEDED, run.error
     assert "WorkerLostError" in worker.log() or "SIGKILL" in worker.log()
     for step in Step.objects.filter(run=run):

@@ -12,7 +12,13 @@ import pytest
 from orchestrator import events
 from orchestrator.models import Run, RunEvent, Step
 from orchestrator.services.runs import run_create
-from tests.production.test_celery_path import RUN_TIMEOUT, first_task, simulated_pool, wait_for
+from tests.production.test_celery_path import (
+    RUN_TIMEOUT,
+    first_task,
+    simulated_pool,
+    wait_for,
+    wait_until_finished,
+)
 
 pytestmark = [pytest.mark.production, pytest.mark.django_db(transaction=True)]
 
@@ -49,12 +55,7 @@ def test_a_run_that_keeps_killing_its_worker_is_failed_with_that_reason(start_ce
     wait_for_execution(run, 2)
     os.kill(executor_pid(run), signal.SIGKILL)
 
-    wait_for(
-        lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).exists(),
-        timeout=RUN_TIMEOUT,
-        what="the run to be failed",
-    )
-    run.refresh_from_db()
+    wait_until_finished(run, what="the run to be failed")
     assert run.status == Run.Status.FAILED
     assert "killed its worker 2 times" in run.error
     assert (run.fence, run.interruptions, run.executor) == (3, 2, "")
@@ -88,12 +89,7 @@ def test_a_stalled_worker_cannot_record_after_another_took_the_run_over(start_ce
         timeout=RUN_TIMEOUT,
         what="the stalled execution to be turned away at its first write",
     )
-    wait_for(
-        lambda: Run.objects.filter(pk=run.pk, status__in=Run.FINISHED).exists(),
-        timeout=RUN_TIMEOUT,
-        what="the run to finish",
-    )
-    run.refresh_from_db()
+    wait_until_finished(run)
     assert run.status == Run.Status.SUCCEEDED, run.error
     assert (run.fence, run.interruptions) == (2, 1)
 

@@ -26,6 +26,16 @@ async def plan(client, *, round=0, settings=RunSettings(), previous_answer=None,
     )
 
 
+async def run_with(conductor, worker_client, settings):
+    """A whole run of two workers (answering through ``worker_client``) led by ``conductor``."""
+    return await execute_run(
+        question=QUESTION,
+        strategy=PromptedConductor(conductor),
+        workers=make_workers(2, client=worker_client),
+        settings=settings,
+    )
+
+
 async def test_a_good_first_reply_becomes_the_workflow():
     client = FakeClient([Completion(GOOD, tokens_in=300, tokens_out=40, cost=0.01, latency=0.7)])
     workers = make_workers(2)
@@ -129,12 +139,7 @@ async def test_a_conductor_that_cannot_be_reached_fails_the_plan_at_once():
 async def test_a_run_with_the_conductor_counts_its_calls_and_fails_with_its_error():
     conductor = FakeClient([GARBAGE], tokens_in=100, tokens_out=20)
     worker_client = FakeClient()
-    result = await execute_run(
-        question=QUESTION,
-        strategy=PromptedConductor(conductor),
-        workers=make_workers(2, client=worker_client),
-        settings=RunSettings(max_parse_retries=1),
-    )
+    result = await run_with(conductor, worker_client, RunSettings(max_parse_retries=1))
 
     assert result.status == "failed"
     assert "found no workflow" in result.error
@@ -147,12 +152,7 @@ async def test_a_run_with_the_conductor_plans_again_after_each_round():
     workflow = format_workflow(Workflow((StepSpec(1, "Solve it", ()),)))
     conductor = FakeClient([workflow, ACCEPT])
     worker_client = FakeClient(["Answer: 42"])
-    result = await execute_run(
-        question=QUESTION,
-        strategy=PromptedConductor(conductor),
-        workers=make_workers(2, client=worker_client),
-        settings=RunSettings(max_rounds=3),
-    )
+    result = await run_with(conductor, worker_client, RunSettings(max_rounds=3))
 
     assert result.status == "succeeded"
     assert result.answer == "Answer: 42"
@@ -165,12 +165,7 @@ async def test_a_run_with_the_conductor_plans_again_after_each_round():
 async def test_the_conductors_tokens_count_toward_the_budget():
     conductor = FakeClient([GOOD], tokens_in=5000, tokens_out=100)
     worker_client = FakeClient()
-    result = await execute_run(
-        question=QUESTION,
-        strategy=PromptedConductor(conductor),
-        workers=make_workers(2, client=worker_client),
-        settings=RunSettings(token_budget=4000),
-    )
+    result = await run_with(conductor, worker_client, RunSettings(token_budget=4000))
 
     assert result.status == "failed"
     assert "token budget" in result.error and "5100" in result.error

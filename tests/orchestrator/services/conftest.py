@@ -1,4 +1,5 @@
-"""Helpers for service tests: counting model clients, and a stand-in for a killed worker."""
+"""Helpers for service tests: executing a run, a run of the suite's code task, counting model
+clients, and a stand-in for a killed worker."""
 
 from __future__ import annotations
 
@@ -9,6 +10,38 @@ import pytest
 
 from orchestrator import providers
 from orchestrator.engine.types import Completion, Message
+from orchestrator.models import Run
+from orchestrator.providers.simulator import load_suite
+from orchestrator.services.runs import run_create, run_execute
+
+CODE_TASK = next(task for task in load_suite() if task.grader == "code")
+
+
+def code_run(pool, *, created_by=None, **kwargs) -> Run:
+    """A stored run (not enqueued) of the suite's first code task, answered by one worker."""
+    return run_create(
+        pool=pool,
+        input=CODE_TASK.question,
+        strategy="single",
+        reference=CODE_TASK.reference,
+        grader="code",
+        created_by=created_by,
+        enqueue=False,
+        **kwargs,
+    )
+
+
+@pytest.fixture
+def execute(django_capture_on_commit_callbacks):
+    """Execute a run as Celery or the CLI would, running on-commit work (event sends) after it."""
+
+    def execute_run(run: Run) -> Run:
+        with django_capture_on_commit_callbacks(execute=True):
+            run_execute(run_id=run.pk)
+        run.refresh_from_db()
+        return run
+
+    return execute_run
 
 
 class SimulatedKill(BaseException):

@@ -9,35 +9,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from orchestrator.engine import sandbox
 from orchestrator.engine.grading import extract_answer
 from orchestrator.models import Run, RunEvent
-from orchestrator.providers.simulator import load_suite
 from orchestrator.providers.simulator.solving import is_correct
-from orchestrator.services.runs import run_create, run_execute
-
-CODE_TASK = next(task for task in load_suite() if task.grader == "code")
-
-
-@pytest.fixture
-def execute(django_capture_on_commit_callbacks):
-    def execute_run(run: Run) -> Run:
-        with django_capture_on_commit_callbacks(execute=True):
-            run_execute(run_id=run.pk)
-        run.refresh_from_db()
-        return run
-
-    return execute_run
-
-
-def code_run(pool, *, created_by=None, **kwargs) -> Run:
-    return run_create(
-        pool=pool,
-        input=CODE_TASK.question,
-        strategy="single",
-        reference=CODE_TASK.reference,
-        grader="code",
-        created_by=created_by,
-        enqueue=False,
-        **kwargs,
-    )
+from orchestrator.services.runs import run_create
+from tests.orchestrator.services.conftest import CODE_TASK, code_run
 
 
 def set_code_skill(pool, skill: float) -> None:

@@ -17,19 +17,6 @@ QUESTION = (
 )
 
 
-@pytest.fixture
-def execute(django_capture_on_commit_callbacks):
-    """Execute a run as Celery or the CLI would, running on-commit work (event sends) after it."""
-
-    def execute_run(run: Run) -> Run:
-        with django_capture_on_commit_callbacks(execute=True):
-            run_execute(run_id=run.pk)
-        run.refresh_from_db()
-        return run
-
-    return execute_run
-
-
 def new_run(pool, **kwargs) -> Run:
     return run_create(pool=pool, input=QUESTION, enqueue=False, **kwargs)
 

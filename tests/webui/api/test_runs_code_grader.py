@@ -6,12 +6,11 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.models import Run
-from orchestrator.providers.simulator import load_suite
 from orchestrator.services import execution
-from orchestrator.services.runs import run_create, run_execute
+from orchestrator.services.runs import run_execute
+from tests.orchestrator.services.conftest import CODE_TASK, code_run
 
 RUNS_URL = "/api/runs/"
-CODE_TASK = next(task for task in load_suite() if task.grader == "code")
 
 
 @pytest.fixture
@@ -62,15 +61,7 @@ def test_a_run_that_could_not_be_graded_says_why_in_the_api_and_on_its_page(
     code_sandbox, api_as, client, sim_pool, project_admin, settings,
     django_capture_on_commit_callbacks,
 ):  # fmt: skip
-    run = run_create(
-        pool=sim_pool,
-        input=CODE_TASK.question,
-        strategy="single",
-        reference=CODE_TASK.reference,
-        grader="code",
-        created_by=project_admin,
-        enqueue=False,
-    )
+    run = code_run(sim_pool, created_by=project_admin)
     settings.CONDUCTOR_CODE_GRADING = "off"
     with django_capture_on_commit_callbacks(execute=True):
         run_execute(run_id=run.pk)

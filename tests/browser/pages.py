@@ -1,0 +1,13 @@
+"""What a browser test reads off a run page."""
+
+from __future__ import annotations
+
+
+def step_states(page) -> list[tuple[int, str]]:
+    """(step id, status) of every item of the step list, in order."""
+    return [
+        (int(step_id), status)
+        for step_id, status in page.eval_on_selector_all(
+            "#step-list li", "items => items.map((li) => [li.dataset.stepId, li.dataset.status])"
+        )
+    ]
