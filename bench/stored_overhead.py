@@ -50,9 +50,8 @@ async def _measure(runs: int, warmup: int) -> dict[str, float | int | str]:
 
     from orchestrator.engine.scheduler import execute_run
     from orchestrator.engine.strategies import build_strategy
-    from orchestrator.engine.types import WorkerInfo
     from orchestrator.models import Step
-    from orchestrator.providers import make_client
+    from orchestrator.providers import make_client, worker_info
     from orchestrator.providers.simulator import demo_pool, load_suite
     from orchestrator.services.pools import pool_sync_from_data, project_get_or_create
     from orchestrator.services.runs import run_create, run_execute_async, run_settings_for
@@ -63,17 +62,7 @@ async def _measure(runs: int, warmup: int) -> dict[str, float | int | str]:
         return pool, list(pool.workers.filter(enabled=True).order_by("position", "id"))
 
     pool, worker_rows = await sync_to_async(make_pool)()
-    workers = [
-        WorkerInfo(
-            name=row.name,
-            model=row.model,
-            description=row.description,
-            client=make_client(
-                row.model, params=row.params, price_in=row.price_in, price_out=row.price_out
-            ),
-        )
-        for row in worker_rows
-    ]
+    workers = [worker_info(row) for row in worker_rows]
     conductor = make_client(pool.conductor_model, params=pool.conductor_params)
     run_settings = run_settings_for(pool)
     suite = load_suite()

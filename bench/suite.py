@@ -23,7 +23,7 @@ from orchestrator.engine.grading import extract_answer, grade
 from orchestrator.engine.scheduler import execute_run
 from orchestrator.engine.strategies import build_strategy
 from orchestrator.engine.types import RunResult, RunSettings, Strategy, WorkerInfo
-from orchestrator.providers import make_client
+from orchestrator.providers import make_client, worker_info
 from orchestrator.providers.simulator import DOMAINS, Task, demo_pool, load_suite
 
 SETTINGS = RunSettings()  # the embedded defaults: 5 steps, 2 rounds, fine access
@@ -58,20 +58,7 @@ class Tally:
 
 
 def pool_workers() -> list[WorkerInfo]:
-    return [
-        WorkerInfo(
-            name=worker.name,
-            model=worker.model,
-            description=worker.description,
-            client=make_client(
-                worker.model,
-                params=worker.params,
-                price_in=worker.price_in,
-                price_out=worker.price_out,
-            ),
-        )
-        for worker in demo_pool(latency=0).workers
-    ]
+    return [worker_info(worker) for worker in demo_pool(latency=0).workers]
 
 
 async def answer_all(

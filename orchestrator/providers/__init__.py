@@ -7,9 +7,9 @@ on its first call.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from orchestrator.engine.types import ModelClient
+from orchestrator.engine.types import ModelClient, WorkerInfo
 
 SIMULATED_PREFIX = "sim/"
 
@@ -46,6 +46,43 @@ def make_client(
         params=dict(params or {}),
         price_in=price_in,
         price_out=price_out,
+    )
+
+
+class WorkerDefinition(Protocol):
+    """What a worker is made of, whether a stored Worker row or a definition in code
+    (``simulator.DemoWorker``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+    @property
+    def price_in(self) -> float: ...
+    @property
+    def price_out(self) -> float: ...
+    @property
+    def api_base(self) -> str: ...
+    @property
+    def api_key_env(self) -> str: ...
+
+
+def worker_info(worker: WorkerDefinition) -> WorkerInfo:
+    """The engine's view of ``worker``: its name, model, description and a client for it."""
+    client = make_client(
+        worker.model,
+        api_base=worker.api_base,
+        api_key_env=worker.api_key_env,
+        params=dict(worker.params or {}),
+        price_in=worker.price_in,
+        price_out=worker.price_out,
+    )
+    return WorkerInfo(
+        name=worker.name, model=worker.model, description=worker.description, client=client
     )
 
 

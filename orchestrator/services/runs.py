@@ -383,19 +383,9 @@ def run_settings_for(pool: Pool) -> RunSettings:
 
 
 def _worker_info(worker: Worker) -> WorkerInfo:
-    from orchestrator.providers import make_client
+    from orchestrator.providers import worker_info
 
-    client = make_client(
-        worker.model,
-        api_base=worker.api_base,
-        api_key_env=worker.api_key_env,
-        params=dict(worker.params or {}),
-        price_in=worker.price_in,
-        price_out=worker.price_out,
-    )
-    return WorkerInfo(
-        name=worker.name, model=worker.model, description=worker.description, client=client
-    )
+    return worker_info(worker)
 
 
 def _conductor_client(pool: Pool):

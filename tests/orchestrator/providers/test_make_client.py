@@ -4,8 +4,8 @@ import sys
 from orchestrator.engine.grading import extract_answer, grade
 from orchestrator.engine.scheduler import execute_run
 from orchestrator.engine.strategies import build_strategy
-from orchestrator.engine.types import RunSettings, WorkerInfo
-from orchestrator.providers import make_client
+from orchestrator.engine.types import RunSettings
+from orchestrator.providers import make_client, worker_info
 from orchestrator.providers.litellm_client import LiteLLMClient
 from orchestrator.providers.simulator import (
     DEMO_POOL_NAME,
@@ -64,17 +64,7 @@ def test_the_demo_pool_is_labelled_simulated_and_varied():
 
 async def test_the_demo_pool_answers_suite_questions_end_to_end_through_the_conductor(code_sandbox):
     pool = demo_pool(latency=0)
-    workers = [
-        WorkerInfo(
-            name=w.name,
-            model=w.model,
-            description=w.description,
-            client=make_client(
-                w.model, params=w.params, price_in=w.price_in, price_out=w.price_out
-            ),
-        )
-        for w in pool.workers
-    ]
+    workers = [worker_info(w) for w in pool.workers]
     conductor = make_client(pool.conductor_model, params=pool.conductor_params)
     strategy = build_strategy("conductor", conductor=conductor)
     tasks = load_suite()[::12]
