@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from orchestrator.models import Membership, Pool, Project
 from orchestrator.providers.simulator import demo_pool
 from orchestrator.services.pools import pool_sync_from_data
+from tests.availability import unavailable
 from tests.factories import make_member, make_project, make_user
 
 
@@ -97,8 +96,7 @@ def code_sandbox() -> None:
     from orchestrator.engine.sandbox import sandbox_problem
 
     problem = sandbox_problem()
-    if problem is None:
-        return
-    if os.environ.get("CONDUCTOR_REQUIRE_SANDBOX") == "1":
-        pytest.fail(f"CONDUCTOR_REQUIRE_SANDBOX=1 but {problem}", pytrace=False)
-    pytest.skip(f"the code sandbox cannot run here: {problem}")
+    if problem is not None:
+        unavailable(
+            f"the code sandbox cannot run here: {problem}", required_by="CONDUCTOR_REQUIRE_SANDBOX"
+        )

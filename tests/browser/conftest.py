@@ -12,11 +12,11 @@ Fixtures: ``live_server`` (url, db_path, manage(), shell(), restart()), ``live_s
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from tests.availability import unavailable
 from tests.browser.server import (
     CHROMIUM_ARGS,
     CHROMIUM_PATH,
@@ -41,11 +41,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(autouse=True, scope="session")
 def _browser_available():
     reason = browser_missing_reason()
-    if reason is None:
-        return
-    if os.environ.get("CONDUCTOR_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"CONDUCTOR_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
-    pytest.skip(f"browser tests skipped: {reason}")
+    if reason is not None:
+        unavailable(f"browser tests skipped: {reason}", required_by="CONDUCTOR_REQUIRE_BROWSER")
 
 
 @pytest.fixture(autouse=True)

@@ -17,6 +17,7 @@ from celery.exceptions import Retry
 from orchestrator.models import Run, RunEvent
 from orchestrator.services.runs import run_create
 from orchestrator.tasks import RunLease, run_execute_task
+from tests.availability import unavailable
 
 QUESTION = "What is 17 + 25?"
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -36,9 +37,7 @@ def redis_client():
         client.ping()
     except redis.RedisError as error:
         problem = f"Redis at {REDIS_URL} is unreachable ({error})"
-        if os.environ.get("CONDUCTOR_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"CONDUCTOR_REQUIRE_SERVICES=1 but {problem}", pytrace=False)
-        pytest.skip(problem)
+        unavailable(problem, required_by="CONDUCTOR_REQUIRE_SERVICES")
     yield client
     client.close()
 

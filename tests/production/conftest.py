@@ -24,6 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.conf import settings
 
+from tests.availability import unavailable
 from tests.production.celery_worker import spawn_celery_worker, wait_until_ready
 
 # Short enough that a killed worker's run is delivered again within seconds.
@@ -70,11 +71,8 @@ def _services_problem() -> str:
 def production_services() -> None:
     """Skip (or, with CONDUCTOR_REQUIRE_SERVICES=1, fail) before the test database is made."""
     problem = _services_problem()
-    if not problem:
-        return
-    if os.environ.get("CONDUCTOR_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"CONDUCTOR_REQUIRE_SERVICES=1 but {problem}", pytrace=False)
-    pytest.skip(problem)
+    if problem:
+        unavailable(problem, required_by="CONDUCTOR_REQUIRE_SERVICES")
 
 
 @pytest.fixture(scope="session")
