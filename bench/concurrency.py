@@ -11,13 +11,11 @@ import asyncio
 import json
 import statistics
 import time
-from collections.abc import Sequence
 
+from bench._support import answering_workers
 from orchestrator.engine.scheduler import execute_run
 from orchestrator.engine.types import (
     ALL,
-    Completion,
-    Message,
     PlanRecord,
     RunSettings,
     StepSpec,
@@ -29,17 +27,6 @@ LATENCY = 0.2
 CRITICAL_PATH = 2 * LATENCY
 TARGET_RATIO = 1.15
 TRIALS = 5
-
-
-class SleepingClient:
-    """A worker that takes LATENCY seconds to answer and costs nothing."""
-
-    def __init__(self, model: str) -> None:
-        self.model = model
-
-    async def complete(self, messages: Sequence[Message], *, timeout: float) -> Completion:
-        await asyncio.sleep(LATENCY)
-        return Completion("Answer: 42", tokens_in=20, tokens_out=5, latency=LATENCY)
 
 
 class FanInStrategy:
@@ -67,12 +54,7 @@ async def trial(workers: list[WorkerInfo]) -> float:
 
 
 def main() -> None:
-    workers = [
-        WorkerInfo(
-            name=f"w{i}", model=f"bench/m{i}", description="", client=SleepingClient(f"bench/m{i}")
-        )
-        for i in range(4)
-    ]
+    workers = answering_workers(4, latency=LATENCY)
     ratios = [asyncio.run(trial(workers)) for _ in range(TRIALS)]
     median = statistics.median(ratios)
     print("wall time / critical path per trial: " + ", ".join(f"{r:.3f}" for r in ratios))

@@ -14,17 +14,14 @@ import asyncio
 import gc
 import json
 import time
-from collections.abc import Sequence
 
+from bench._support import answering_workers
 from orchestrator.engine.scheduler import execute_run
 from orchestrator.engine.types import (
     ALL,
-    Completion,
-    Message,
     PlanRecord,
     RunSettings,
     StepSpec,
-    WorkerInfo,
     Workflow,
 )
 
@@ -32,16 +29,6 @@ TARGET_MICROSECONDS = 100.0
 SMALL_RUNS = 1_000
 BIG_ROUNDS = 10
 BIG_STEPS_PER_ROUND = 500
-
-
-class InstantClient:
-    """A worker that answers at once, with fixed usage and no cost."""
-
-    def __init__(self, model: str) -> None:
-        self.model = model
-
-    async def complete(self, messages: Sequence[Message], *, timeout: float) -> Completion:
-        return Completion("Answer: 42", tokens_in=20, tokens_out=5, cost=0.0)
 
 
 class RepeatingStrategy:
@@ -85,12 +72,7 @@ def wide_workflow(size: int) -> Workflow:
 
 
 async def measure() -> dict[str, float]:
-    workers = [
-        WorkerInfo(
-            name=f"w{i}", model=f"bench/m{i}", description="", client=InstantClient(f"bench/m{i}")
-        )
-        for i in range(4)
-    ]
+    workers = answering_workers(4)
     settings = RunSettings(max_steps=BIG_STEPS_PER_ROUND, max_rounds=BIG_ROUNDS)
 
     small = RepeatingStrategy(typical_workflow(), rounds=1)
