@@ -43,11 +43,28 @@ async def seconds_until_closed(communicator, action) -> tuple[float, int]:
     return time.perf_counter() - started, output["code"]
 
 
+async def seconds_until_closed_after(communicator, action) -> tuple[float, int]:
+    """Open the socket, take its snapshot, do ``action``: how long until the consumer closes it,
+    and with which code."""
+    try:
+        connected, _ = await communicator.connect()
+        assert connected
+        assert (await communicator.receive_json_from())["type"] == "snapshot"
+        return await seconds_until_closed(communicator, action)
+    finally:
+        await communicator.disconnect()
+
+
+async def session_cookie(user) -> tuple[tuple[bytes, bytes], Client]:
+    """The cookie header of a new logged-in session of ``user``, and the client that holds it."""
+    browser = Client()
+    await sync_to_async(browser.force_login)(user)
+    return (b"cookie", f"sessionid={browser.cookies['sessionid'].value}".encode()), browser
+
+
 async def test_logging_out_closes_an_open_socket_within_a_second(sim_pool, viewer):
     run_id = await new_run_id(sim_pool)
-    browser = Client()
-    await sync_to_async(browser.force_login)(viewer)
-    cookie = (b"cookie", f"sessionid={browser.cookies['sessionid'].value}".encode())
+    cookie, browser = await session_cookie(viewer)
     communicator = site_communicator(f"/ws/runs/{run_id}/", [cookie])
     try:
         connected, _ = await communicator.connect()
@@ -65,29 +82,17 @@ async def test_logging_out_closes_an_open_socket_within_a_second(sim_pool, viewe
 
 async def test_leaving_the_project_closes_an_open_socket_within_a_second(sim_pool, viewer):
     run_id = await new_run_id(sim_pool)
-    communicator = communicator_for(run_id, viewer)
-    try:
-        await communicator.connect()
-        assert (await communicator.receive_json_from())["type"] == "snapshot"
-        removal = sync_to_async(lambda: Membership.objects.filter(user=viewer).delete())
-        seconds, code = await seconds_until_closed(communicator, removal)
-    finally:
-        await communicator.disconnect()
+    removal = sync_to_async(lambda: Membership.objects.filter(user=viewer).delete())
+    seconds, code = await seconds_until_closed_after(communicator_for(run_id, viewer), removal)
     assert code == 4403 and seconds < 1.0
 
 
 async def test_a_deactivated_user_is_closed_out(sim_pool, viewer):
     run_id = await new_run_id(sim_pool)
-    communicator = communicator_for(run_id, viewer)
-    try:
-        await communicator.connect()
-        await communicator.receive_json_from()
-        deactivate = sync_to_async(
-            lambda: type(viewer).objects.filter(pk=viewer.pk).update(is_active=False)
-        )
-        seconds, code = await seconds_until_closed(communicator, deactivate)
-    finally:
-        await communicator.disconnect()
+    deactivate = sync_to_async(
+        lambda: type(viewer).objects.filter(pk=viewer.pk).update(is_active=False)
+    )
+    seconds, code = await seconds_until_closed_after(communicator_for(run_id, viewer), deactivate)
     assert code == 4403 and seconds < 1.0
 
 
@@ -122,21 +127,15 @@ async def test_a_wrong_token_or_an_outsiders_token_is_refused(sim_pool, outsider
 
 async def test_a_password_change_closes_sockets_of_older_sessions(sim_pool, viewer):
     run_id = await new_run_id(sim_pool)
-    browser = Client()
-    await sync_to_async(browser.force_login)(viewer)
-    cookie = (b"cookie", f"sessionid={browser.cookies['sessionid'].value}".encode())
+    cookie, _ = await session_cookie(viewer)
     communicator = site_communicator(f"/ws/runs/{run_id}/", [cookie])
 
     def change_password():
         viewer.set_password("a-new-password-9")
         viewer.save(update_fields=["password"])
 
-    try:
-        await communicator.connect()
-        await communicator.receive_json_from()
-        seconds, code = await seconds_until_closed(communicator, sync_to_async(change_password))
-    finally:
-        await communicator.disconnect()
+    change = sync_to_async(change_password)
+    seconds, code = await seconds_until_closed_after(communicator, change)
     assert code == 4403 and seconds < 1.0
 
 
