@@ -48,6 +48,14 @@ def simulated_pool(*, latency: float):
     return pool
 
 
+def enqueued_code_run(*, latency: float) -> Run:
+    """A run of the suite's first code task (plan, implement, review: steps one after another)
+    on the demo pool with every call taking about ``latency`` s, enqueued on the workers."""
+    task = first_task("code")
+    pool = simulated_pool(latency=latency)
+    return run_create(pool=pool, input=task.question, reference=task.reference, grader=task.grader)
+
+
 def wait_for(condition, *, timeout: float, what: str, interval: float = 0.05):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -155,9 +163,7 @@ async def test_run_executes_on_a_celery_worker_and_streams_events_through_redis(
 
 def test_run_survives_its_worker_being_killed_mid_run(start_celery_worker):
     first = start_celery_worker()
-    task = first_task("code")  # plan, implement, review: three steps, one after another
-    pool = simulated_pool(latency=0.5)
-    run = run_create(pool=pool, input=task.question, reference=task.reference, grader=task.grader)
+    run = enqueued_code_run(latency=0.5)  # plan, implement, review: three steps, one after another
 
     def one_step_done_and_more_to_do():
         steps = list(Step.objects.filter(run=run))
@@ -207,9 +213,7 @@ def test_a_run_longer_than_the_visibility_timeout_executes_once(start_celery_wor
     # although its first worker is alive and still executing the run. The run's lease must
     # turn that second delivery away instead of executing the run a second time alongside.
     workers = [start_celery_worker(), start_celery_worker()]
-    task = first_task("code")
-    pool = simulated_pool(latency=1.5)  # five calls one after another: well over the timeout
-    run = run_create(pool=pool, input=task.question, reference=task.reference, grader=task.grader)
+    run = enqueued_code_run(latency=1.5)  # five calls one after another: well over the timeout
     wait_until_finished(run)
     assert run.status == Run.Status.SUCCEEDED, run.error
     assert run.wall_time > VISIBILITY_TIMEOUT_SECONDS, "the run was too short to be redelivered"
@@ -237,9 +241,7 @@ def test_a_run_survives_its_pool_process_being_killed(start_celery_worker):
     # The worker's main process survives and (reject_on_worker_lost) puts the message back at
     # once; its new pool process takes over when the dead process's lease lapses.
     worker = start_celery_worker()
-    task = first_task("code")
-    pool = simulated_pool(latency=0.5)
-    run = run_create(pool=pool, input=task.question, reference=task.reference, grader=task.grader)
+    run = enqueued_code_run(latency=0.5)
     wait_for(
         lambda: Step.objects.filter(run=run, status=Step.Status.SUCCEEDED).exists(),
         timeout=RUN_TIMEOUT,

@@ -11,11 +11,9 @@ import pytest
 
 from orchestrator import events
 from orchestrator.models import Run, RunEvent, Step
-from orchestrator.services.runs import run_create
 from tests.production.test_celery_path import (
     RUN_TIMEOUT,
-    first_task,
-    simulated_pool,
+    enqueued_code_run,
     wait_for,
     wait_until_finished,
 )
@@ -43,9 +41,7 @@ def wait_for_execution(run: Run, number: int) -> None:
 def test_a_run_that_keeps_killing_its_worker_is_failed_with_that_reason(start_celery_worker):
     # A limit of 2, so the third delivery fails the run instead of executing it again.
     worker = start_celery_worker(CONDUCTOR_RUN_MAX_INTERRUPTIONS="2")
-    task = first_task("code")
-    pool = simulated_pool(latency=1.0)
-    run = run_create(pool=pool, input=task.question, reference=task.reference, grader=task.grader)
+    run = enqueued_code_run(latency=1.0)
 
     # First, the whole worker dies (a lost machine); a new worker gets the run again.
     wait_for_execution(run, 1)
@@ -66,9 +62,7 @@ def test_a_run_that_keeps_killing_its_worker_is_failed_with_that_reason(start_ce
 
 def test_a_stalled_worker_cannot_record_after_another_took_the_run_over(start_celery_worker):
     workers = [start_celery_worker(), start_celery_worker()]
-    task = first_task("code")
-    pool = simulated_pool(latency=1.5)
-    run = run_create(pool=pool, input=task.question, reference=task.reference, grader=task.grader)
+    run = enqueued_code_run(latency=1.5)
     wait_for(
         lambda: Step.objects.filter(run=run, status=Step.Status.RUNNING).exists(),
         timeout=RUN_TIMEOUT,

@@ -51,6 +51,16 @@ async def close_code(communicator) -> int | None:
     return output.get("code") if output["type"] == "websocket.close" else None
 
 
+async def first_frame(communicator) -> dict:
+    """Connect (which must be accepted), take the first frame the consumer sends, disconnect."""
+    try:
+        connected, _ = await communicator.connect()
+        assert connected
+        return await communicator.receive_json_from()
+    finally:
+        await communicator.disconnect()
+
+
 async def receive_until_finished(communicator) -> list[dict]:
     received = []
     while not received or received[-1]["type"] != "run.finished":
@@ -62,12 +72,7 @@ async def test_connect_sends_a_snapshot_of_the_run(sim_pool, viewer):
     run = await new_run(sim_pool)
     step = await sync_to_async(make_step)(run=run, instruction="Add the numbers.")
     communicator = communicator_for(run.pk, viewer)
-    try:
-        connected, _ = await communicator.connect()
-        assert connected
-        snapshot = await communicator.receive_json_from()
-    finally:
-        await communicator.disconnect()
+    snapshot = await first_frame(communicator)
 
     assert snapshot["type"] == "snapshot"
     assert snapshot["run"] == run.pk and snapshot["seq"] == 1  # run.status queued
@@ -122,12 +127,7 @@ async def test_after_resumes_without_gaps_or_duplicates(sim_pool, viewer):
 async def test_an_after_that_is_not_a_plain_number_gets_a_snapshot(sim_pool, viewer):
     run = await new_run(sim_pool)
     communicator = communicator_for(run.pk, viewer, query="after=%C2%B2")  # "²"
-    try:
-        connected, _ = await communicator.connect()
-        assert connected
-        first = await communicator.receive_json_from()
-    finally:
-        await communicator.disconnect()
+    first = await first_frame(communicator)
 
     assert first["type"] == "snapshot" and first["run"] == run.pk
 
@@ -175,12 +175,7 @@ async def test_the_site_authenticates_websockets_with_the_session(sim_pool, view
         (b"host", b"127.0.0.1:8000"),
     ]
     communicator = WebsocketCommunicator(application, f"/ws/runs/{run.pk}/", headers=headers)
-    try:
-        connected, _ = await communicator.connect()
-        assert connected
-        snapshot = await communicator.receive_json_from()
-    finally:
-        await communicator.disconnect()
+    snapshot = await first_frame(communicator)
     assert snapshot["type"] == "snapshot" and snapshot["run"] == run.pk
 
 
