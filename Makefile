@@ -63,4 +63,4 @@ bench: install
 	@for b in $(BENCHES); do echo "== bench.$$b"; $(BIN)/python -m bench.$$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) node_modules static/vendor .pytest_cache .hypothesis
+	rm -rf $(VENV) node_modules static/vendor .pytest_cache .hypothesis .mypy_cache .ruff_cache
