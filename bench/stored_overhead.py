@@ -72,7 +72,9 @@ async def _measure(runs: int, warmup: int) -> dict[str, float | int | str]:
         by_domain.setdefault(task.domain, []).append(task.question)
     questions = [
         by_domain[domain][i // len(by_domain) % len(by_domain[domain])]
-        for i, domain in zip(range(warmup + runs), (list(by_domain) * (warmup + runs)), strict=False)
+        for i, domain in zip(
+            range(warmup + runs), (list(by_domain) * (warmup + runs)), strict=False
+        )
     ]
 
     async def bare(question: str) -> int:

@@ -17,7 +17,6 @@ from tests.browser.server import LiveServer, RunMaker, wait_for_js
 pytestmark = pytest.mark.browser
 
 
-
 def graph_states(page) -> dict[int, str]:
     return dict(
         page.evaluate(
