@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.engine.types import Completion, Message, ModelError
+from orchestrator.providers.calls import outgoing_headers
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 MAX_ERROR_LENGTH = 300
@@ -88,6 +89,10 @@ class LiteLLMClient:
         }
         if self.api_base:
             arguments["api_base"] = self.api_base
+            # Another Conductor Studio server (or this one) reads them: depth limit, step link.
+            nesting = outgoing_headers()
+            if nesting:
+                arguments["extra_headers"] = {**dict(arguments.get("extra_headers") or {}), **nesting}
         if api_key is not None:
             arguments["api_key"] = api_key
         started = time.perf_counter()

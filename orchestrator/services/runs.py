@@ -45,6 +45,8 @@ from orchestrator.services.recording import (
     run_end_reason,
 )
 from orchestrator.services.records import resume_state_from_rows
+from orchestrator.providers.calls import nested_depth
+from orchestrator.services.nesting import CallingStepObserver
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +67,7 @@ def run_create(
     grader: str = "",
     created_by: Any = None,
     enqueue: bool = True,
+    extra: Mapping[str, Any] | None = None,
 ) -> Run:
     """Create a queued run of ``input`` on ``pool`` and, once committed, start executing it.
 
@@ -75,6 +78,7 @@ def run_create(
     its sandbox cannot run here. With no ``grader`` but a reference, the grader
     is chosen from the reference's form (a number: numeric; a letter: choice; else exact).
     Publishes ``run.status`` queued. ``enqueue=False`` leaves execution to the caller (the CLI).
+    ``extra``: more Run fields, set by other services (``chat_run_create``: depth, called_from).
     """
     if created_by is not None and not user_can_run(user=created_by, project=pool.project_id):
         raise PermissionDenied("Only admins and reviewers of the project may start runs.")
@@ -129,6 +133,7 @@ def run_create(
             reference=reference,
             grader=grader if reference else "",
             created_by=created_by,
+            **dict(extra or {}),
         )
         events.publish(run.pk, events.RUN_STATUS, {"status": Run.Status.QUEUED.value})
         if enqueue:
@@ -224,8 +229,10 @@ async def run_execute_async(*, run_id: int, observer: RunObserver | None = None)
         logger.info("run %s is finished or gone; not executing it", run_id)
         return
     run = execution.run
+    # Calls this run makes to a pool of a Conductor Studio server nest one level deeper.
+    nested_depth.set(run.depth + 1)
     try:
-        workers = [_worker_info(worker) for worker in execution.workers]
+        workers = [_worker_info(worker, run.worker_params) for worker in execution.workers]
         conductor = _conductor_client(execution.pool) if run.strategy == "conductor" else None
         strategy = build_strategy(
             run.strategy, conductor=conductor, options=dict(run.strategy_options or {})
@@ -245,7 +252,9 @@ async def run_execute_async(*, run_id: int, observer: RunObserver | None = None)
             strategy=strategy,
             workers=workers,
             settings=run_settings_for(execution.pool),
-            observer=recorder if observer is None else _Observers(recorder, observer),
+            observer=_Observers(
+                recorder, CallingStepObserver(recorder), *([observer] if observer else [])
+            ),
             resume=execution.resume(),
         )
     except RunClosed as closed:
@@ -296,14 +305,16 @@ def run_settings_for(pool: Pool) -> RunSettings:
     )
 
 
-def _worker_info(worker: Worker) -> WorkerInfo:
+def _worker_info(worker: Worker, run_params: Mapping[str, Any] | None = None) -> WorkerInfo:
+    """The engine's view of a worker; ``run_params`` (the run's own call parameters, such as a
+    temperature asked for over /v1) override the worker's."""
     from orchestrator.providers import make_client
 
     client = make_client(
         worker.model,
         api_base=worker.api_base,
         api_key_env=worker.api_key_env,
-        params=dict(worker.params or {}),
+        params={**dict(worker.params or {}), **dict(run_params or {})},
         price_in=worker.price_in,
         price_out=worker.price_out,
     )
