@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from webui.api.exports import TrajectoryExportApi
 from webui.api.pools import PoolListApi
 from webui.api.runs import RunCancelApi, RunDetailApi, RunGraphApi, RunListCreateApi
 from webui.api.steps import StepDetailApi
@@ -13,4 +14,7 @@ urlpatterns = [
     path("runs/<int:run_id>/cancel/", RunCancelApi.as_view(), name="api-run-cancel"),
     path("steps/<int:step_id>/", StepDetailApi.as_view(), name="api-step-detail"),
     path("pools/", PoolListApi.as_view(), name="api-pool-list"),
+    path(
+        "export/trajectories.jsonl", TrajectoryExportApi.as_view(), name="api-export-trajectories"
+    ),
 ]
