@@ -32,6 +32,7 @@ from orchestrator.engine.types import (
     WorkerInfo,
 )
 from orchestrator.models import Membership, Plan, Pool, Run, Step, Worker
+from orchestrator.providers.calls import nested_depth
 from orchestrator.selectors import user_can_run, user_role
 from orchestrator.services.recording import (
     TOTAL_FIELDS,
@@ -44,9 +45,9 @@ from orchestrator.services.recording import (
     record_run_failed,
     run_end_reason,
 )
-from orchestrator.services.records import resume_state_from_rows
-from orchestrator.providers.calls import nested_depth
 from orchestrator.services.nesting import CallingStepObserver
+from orchestrator.services.records import resume_state_from_rows
+from orchestrator.telemetry import run_trace_enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -261,7 +262,10 @@ async def run_execute_async(*, run_id: int, observer: RunObserver | None = None)
         logger.info("run %s finished elsewhere (%s); execution stopped", run_id, closed)
     except Exception as error:
         await sync_to_async(record_run_failed)(run_id=run_id, error=short_error(error))
+        run_trace_enqueue(run_id=run_id)
         raise
+    else:
+        run_trace_enqueue(run_id=run_id)
 
 
 def short_error(error: BaseException) -> str:
@@ -419,6 +423,7 @@ def _cancel(run_id: int) -> Run:
         from orchestrator.services.execution import run_stop_inline
 
         transaction.on_commit(lambda: run_stop_inline(run_id=run_id))
+        transaction.on_commit(lambda: run_trace_enqueue(run_id=run_id))
     return run
 
 
