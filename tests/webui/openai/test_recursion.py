@@ -64,3 +64,17 @@ def test_a_pool_that_calls_itself_is_stopped_at_the_depth_limit(v1):
         "result = Run.objects.filter(pool__name='Loop', depth=2).first().error"
     )
     assert "Nested too deep" in deepest_error and "the limit is 2" in deepest_error
+
+
+def test_the_calling_step_links_to_its_nested_run_in_the_api_and_the_page(v1):
+    import httpx
+
+    response = litellm_completion(v1, "recursive:single")
+    outer_id = int(response.id.rsplit("-", 1)[1])
+    token = v1.server.manage("drf_create_token", "admin").stdout.split()[2]
+    api = httpx.Client(base_url=v1.server.url, headers={"Authorization": f"Token {token}"})
+    [step] = api.get(f"/api/runs/{outer_id}/").json()["steps"]
+    [nested] = api.get(f"/api/steps/{step['id']}/").json()["nested_runs"]
+    assert nested["url"] == f"/runs/{nested['id']}/" and nested["status"] == "succeeded"
+    detail = api.get(f"/api/runs/{nested['id']}/").json()
+    assert (detail["called_from"], detail["depth"]) == (step["id"], 1)
