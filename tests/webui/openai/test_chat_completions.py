@@ -7,7 +7,7 @@ import asyncio
 import openai
 import pytest
 
-from tests.webui.openai.conftest import DEMO_MODEL, RATE_LIMIT, V1Server
+from tests.webui.openai.v1server import DEMO_MODEL, RATE_LIMIT, V1Server
 
 QUESTION = "What is 17 * 23?"
 

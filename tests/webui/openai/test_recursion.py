@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.webui.openai.conftest import V1Server
+from tests.webui.openai.v1server import V1Server
 
 QUESTION = "What is 17 * 23?"
 
