@@ -8,7 +8,8 @@ otherwise ``partial_credit + (1 - partial_credit) * score`` (with the default 0.
 answer, 0.5 for a wrong one); None when the run has no score to learn from.
 
 Each line is a conversational prompt/completion record as TRL's trainers load it (``prompt``: a
-list of chat messages, ``completion``: the assistant's message), plus the fields above. Plans are
+list of chat messages, ``completion``: the assistant's message), plus the fields above; every
+field has one JSON type (or null) on every line, so columnar loaders read it. Plans are
 read with a database cursor in chunks, so memory stays flat however many runs are exported.
 """
 
@@ -71,7 +72,7 @@ def _plan_rows(plan: Plan, run: Run, partial_credit: float) -> Iterator[dict[str
             "attempt": number,
             "question": run.input,
             "raw_output": attempt["raw"],
-            "workflow": plan.workflow if parsed else None,
+            "workflow": _workflow(plan.workflow) if parsed else None,
             "parse_error": error or None,
             "answer": run.answer,
             "reference": run.reference,
@@ -79,6 +80,22 @@ def _plan_rows(plan: Plan, run: Run, partial_credit: float) -> Iterator[dict[str
             "status": run.status,
             "reward": decision_reward(parsed=parsed, score=run.score, partial_credit=partial_credit),
         }
+
+
+def _workflow(steps: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """The parsed workflow with one type per field (columnar loaders need that): ``access`` is
+    always a list of earlier indices, and ``access_all`` says the step reads every earlier one."""
+    if steps is None:
+        return None
+    return [
+        {
+            "worker": int(step["worker"]),
+            "instruction": str(step["instruction"]),
+            "access_all": step.get("access") == "all",
+            "access": [] if step.get("access") == "all" else [int(i) for i in step.get("access") or []],
+        }
+        for step in steps
+    ]
 
 
 def _chat(messages: Sequence[dict[str, Any]]) -> list[dict[str, str]]:

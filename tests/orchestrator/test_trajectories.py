@@ -94,10 +94,43 @@ def test_each_decision_is_a_trl_record_with_its_reward(runs, project_admin):
         {"role": "assistant", "content": "model_id = [0"},
         {"role": "user", "content": "Your workflow could not be read: unclosed list."},
     ]
-    assert second["workflow"] == Plan.objects.get(run=right, round=0).workflow
+    stored = Plan.objects.get(run=right, round=0).workflow
+    assert [(s["worker"], s["instruction"]) for s in second["workflow"]] == [
+        (s["worker"], s["instruction"]) for s in stored
+    ]
+    assert [s["access_all"] for s in second["workflow"]] == [s["access"] == "all" for s in stored]
     assert second["reward"] == 1.0 and second["answer"] == right.answer
     assert second["reference"] == "391"
     assert {row["reward"] for row in by_run[wrong.pk]} == {0.5}
+
+
+def json_types(value, path="") -> set[tuple[str, str]]:
+    """(path, JSON type) of every value in a record, lists and objects walked into."""
+    if isinstance(value, dict):
+        found = {(path, "object")}
+        for key, item in value.items():
+            found |= json_types(item, f"{path}.{key}")
+        return found
+    if isinstance(value, list):
+        found = {(path, "array")}
+        for item in value:
+            found |= json_types(item, f"{path}[]")
+        return found
+    kind = {bool: "boolean", int: "number", float: "number", str: "string"}.get(type(value), "null")
+    return {(path, kind)}
+
+
+def test_every_field_has_one_type_on_every_line(runs, project_admin):
+    """What a columnar loader (the datasets library reads JSON Lines with Arrow) needs."""
+    client = APIClient()
+    client.force_authenticate(project_admin)
+    seen: dict[str, set[str]] = {}
+    for row in export(client):
+        for path, kind in json_types(row):
+            seen.setdefault(path, set()).add(kind)
+    mixed = {path: kinds - {"null"} for path, kinds in seen.items() if len(kinds - {"null"}) > 1}
+    assert mixed == {}
+    assert seen[".workflow[].access_all"] == {"boolean"}
 
 
 def test_filters_and_partial_credit_apply_and_other_projects_stay_out(runs, project_admin, outsider):

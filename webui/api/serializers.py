@@ -173,5 +173,6 @@ class RunDetailOutputSerializer(RunSummaryOutputSerializer):
         help_text="The step whose worker started this run through /v1 (recursion), if any.",
     )  # fmt: skip
     depth = serializers.IntegerField(help_text="How many /v1 calls deep this run is (0: a client's).")
+    end_user = serializers.CharField(help_text="The `user` a /v1 client sent, if any.")
     plans = PlanOutputSerializer(many=True)
     steps = StepWithResponseOutputSerializer(many=True)
