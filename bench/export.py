@@ -57,29 +57,60 @@ def fill() -> dict:
     pool = Pool.objects.create(project=project, name="Pool")
     Worker.objects.create(pool=pool, name="w", model="sim/math", description="math")
     rng = random.Random(7)
-    workflow = [{"worker": 0, "instruction": "Solve it step by step.", "access": []},
-                {"worker": 1, "instruction": "Check the answer above.", "access": "all"}]  # fmt: skip
-    raw = 'model_id = [0, 1]\nsubtasks = ["Solve it step by step.", "Check it."]\naccess_list = [[], ["all"]]'
+    workflow = [
+        {"worker": 0, "instruction": "Solve it step by step.", "access": []},
+        {"worker": 1, "instruction": "Check the answer above.", "access": "all"},
+    ]
+    raw = (
+        'model_id = [0, 1]\nsubtasks = ["Solve it step by step.", "Check it."]\n'
+        'access_list = [[], ["all"]]'
+    )
     started = time.perf_counter()
     for start in range(0, RUNS, BATCH):
         with transaction.atomic():
             runs = Run.objects.bulk_create(
-                Run(project=project, pool=pool, strategy="conductor", status="succeeded",
-                    input=f"Question {i}: what is {i} * 7?", answer=f"Answer: {i * 7}",
-                    reference=str(i * 7), grader="numeric", score=rng.choice((0.0, 1.0)))
+                Run(
+                    project=project,
+                    pool=pool,
+                    strategy="conductor",
+                    status="succeeded",
+                    input=f"Question {i}: what is {i} * 7?",
+                    answer=f"Answer: {i * 7}",
+                    reference=str(i * 7),
+                    grader="numeric",
+                    score=rng.choice((0.0, 1.0)),
+                )
                 for i in range(start, min(start + BATCH, RUNS))
-            )  # fmt: skip
+            )
             plans = []
             for run in runs:
-                user = {"role": "user", "content": f"## Workers\nModel 0: math\nModel 1: checker\n## Question\n{run.input}\n## Your workflow\nAt most 5 steps."}
+                user = {
+                    "role": "user",
+                    "content": (
+                        "## Workers\nModel 0: math\nModel 1: checker\n## Question\n"
+                        f"{run.input}\n## Your workflow\nAt most 5 steps."
+                    ),
+                }
                 messages = [{"role": "system", "content": SYSTEM_PROMPT}, user]
-                attempts = [{"raw": raw, "error": "", "tokens_in": 700, "tokens_out": 60, "latency": 0.1}]
+                attempts = [
+                    {"raw": raw, "error": "", "tokens_in": 700, "tokens_out": 60, "latency": 0.1}
+                ]
                 if rng.random() < 0.1:
-                    messages += [{"role": "assistant", "content": "model_id = [0"},
-                                 {"role": "user", "content": "Unclosed list: write it again."}]
+                    messages += [
+                        {"role": "assistant", "content": "model_id = [0"},
+                        {"role": "user", "content": "Unclosed list: write it again."},
+                    ]
                     attempts.insert(0, {"raw": "model_id = [0", "error": "unclosed list"})
-                plans.append(Plan(run=run, round=0, strategy="conductor", messages=messages,
-                                  attempts=attempts, workflow=workflow))  # fmt: skip
+                plans.append(
+                    Plan(
+                        run=run,
+                        round=0,
+                        strategy="conductor",
+                        messages=messages,
+                        attempts=attempts,
+                        workflow=workflow,
+                    )
+                )
             Plan.objects.bulk_create(plans)
     return {"fill_s": round(time.perf_counter() - started, 1)}
 
@@ -122,8 +153,9 @@ def export() -> dict:
 
 def main() -> None:
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-    env.update(DJANGO_SETTINGS_MODULE="webui.settings", LOG_LEVEL="WARNING",
-               CONDUCTOR_EXECUTION="inline")  # fmt: skip
+    env.update(
+        DJANGO_SETTINGS_MODULE="webui.settings", LOG_LEVEL="WARNING", CONDUCTOR_EXECUTION="inline"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-export-") as directory:
         env["SQLITE_PATH"] = str(Path(directory) / "bench.sqlite3")
         figures = {"bench": "export", "backend": "sqlite"}

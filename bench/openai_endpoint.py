@@ -65,9 +65,10 @@ def direct_runs(client: httpx.Client, token: str, pool_id: int) -> list[int]:
     ids = []
     for _ in range(SEQUENTIAL):
         created = client.post(
-            "/api/runs/", json={"input": QUESTION, "pool": pool_id},
+            "/api/runs/",
+            json={"input": QUESTION, "pool": pool_id},
             headers={"Authorization": f"Token {token}"},
-        )  # fmt: skip
+        )
         created.raise_for_status()
         run_id = created.json()["id"]
         while True:
@@ -82,8 +83,12 @@ def direct_runs(client: httpx.Client, token: str, pool_id: int) -> list[int]:
 def streamed_once(client: httpx.Client, key: str) -> tuple[float, float, int]:
     started = time.perf_counter()
     first = None
-    with client.stream("POST", "/v1/chat/completions", json=chat_body(True),
-                       headers={"Authorization": f"Bearer {key}"}) as response:  # fmt: skip
+    with client.stream(
+        "POST",
+        "/v1/chat/completions",
+        json=chat_body(True),
+        headers={"Authorization": f"Bearer {key}"},
+    ) as response:
         response.raise_for_status()
         run_id = int(response.headers["X-Conductor-Run-Id"])
         body = b""
@@ -97,8 +102,9 @@ def streamed_once(client: httpx.Client, key: str) -> tuple[float, float, int]:
 
 def whole_once(client: httpx.Client, key: str) -> float:
     started = time.perf_counter()
-    response = client.post("/v1/chat/completions", json=chat_body(False),
-                           headers={"Authorization": f"Bearer {key}"})  # fmt: skip
+    response = client.post(
+        "/v1/chat/completions", json=chat_body(False), headers={"Authorization": f"Bearer {key}"}
+    )
     response.raise_for_status()
     return time.perf_counter() - started
 
@@ -113,8 +119,12 @@ async def concurrent(base_url: str, key: str) -> tuple[list[float], list[float],
             for _ in range(REQUESTS_EACH):
                 started = time.perf_counter()
                 first = None
-                async with client.stream("POST", "/v1/chat/completions", json=chat_body(True),
-                                         headers={"Authorization": f"Bearer {key}"}) as response:  # fmt: skip
+                async with client.stream(
+                    "POST",
+                    "/v1/chat/completions",
+                    json=chat_body(True),
+                    headers={"Authorization": f"Bearer {key}"},
+                ) as response:
                     response.raise_for_status()
                     async for _chunk in response.aiter_raw():
                         if first is None:
@@ -146,9 +156,12 @@ def main() -> None:
     directory = Path(tempfile.mkdtemp(prefix="bench-openai-"))
     server = start_live_server(
         directory,
-        extra_env={"CONDUCTOR_SIM_LATENCY_SCALE": "0", "CONDUCTOR_API_RATE_LIMIT": "1000000",
-                   "LOG_LEVEL": "WARNING"},
-    )  # fmt: skip
+        extra_env={
+            "CONDUCTOR_SIM_LATENCY_SCALE": "0",
+            "CONDUCTOR_API_RATE_LIMIT": "1000000",
+            "LOG_LEVEL": "WARNING",
+        },
+    )
     try:
         key = server.manage("api_key", "create", "admin", "--project", "default").stdout.split()[-1]
         token = server.manage("drf_create_token", "admin").stdout.split()[2]
@@ -178,9 +191,9 @@ def main() -> None:
         "whole_completion_ms": ms(statistics.median(whole)),
         "stream_overhead_vs_direct_ms": ms(last_ms - direct_ms),
         # Per request: the client's time to [DONE] minus its own run's span.
-        "stream_overhead_vs_own_run_ms": ms(statistics.median(
-            [last - endpoint_spans[run_id] for _, last, run_id in streamed]
-        )),
+        "stream_overhead_vs_own_run_ms": ms(
+            statistics.median([last - endpoint_spans[run_id] for _, last, run_id in streamed])
+        ),
         "concurrent_clients": CLIENTS,
         "concurrent_requests": len(lasts),
         "concurrent_first_byte": summary(firsts),

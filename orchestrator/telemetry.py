@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -85,8 +85,11 @@ def _current_provider() -> Any:
 
             if _provider is not None:
                 _provider.shutdown()
-            resource = Resource.create({"service.name": INSTRUMENTATION_NAME}
-                                       if not os.environ.get("OTEL_SERVICE_NAME") else {})  # fmt: skip
+            resource = Resource.create(
+                {"service.name": INSTRUMENTATION_NAME}
+                if not os.environ.get("OTEL_SERVICE_NAME")
+                else {}
+            )
             _provider = TracerProvider(resource=resource)
             _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
             _provider_endpoint = endpoint
@@ -124,8 +127,14 @@ def provider_name(model: str) -> str:
     return model.split("/", 1)[0] if "/" in model else "openai"
 
 
-def _llm_attributes(*, model: str, tokens_in: int, tokens_out: int,
-                    messages: Sequence[Mapping[str, Any]] | None, output: str | None) -> dict:  # fmt: skip
+def _llm_attributes(
+    *,
+    model: str,
+    tokens_in: int,
+    tokens_out: int,
+    messages: Sequence[Mapping[str, Any]] | None,
+    output: str | None,
+) -> dict:
     provider = provider_name(model)
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
@@ -144,8 +153,9 @@ def _llm_attributes(*, model: str, tokens_in: int, tokens_out: int,
         "llm.token_count.total": tokens_in + tokens_out,
     }
     if settings.CONDUCTOR_OTEL_CAPTURE_MESSAGES and messages is not None:
-        shown = [{"role": str(m.get("role", "")), "content": str(m.get("content", ""))}
-                 for m in messages]  # fmt: skip
+        shown = [
+            {"role": str(m.get("role", "")), "content": str(m.get("content", ""))} for m in messages
+        ]
         attributes["gen_ai.input.messages"] = json.dumps(shown)
         attributes["input.value"] = json.dumps(shown)
         attributes["input.mime_type"] = "application/json"
@@ -198,9 +208,11 @@ def _emit(tracer: Any, run: Any, plans: list, steps: list, nested: dict[int, lis
         attributes["input.value"] = run.input
         attributes["output.value"] = run.answer
     root = tracer.start_span(
-        f"invoke_agent {run.pool.name}", kind=SpanKind.INTERNAL, attributes=attributes,
+        f"invoke_agent {run.pool.name}",
+        kind=SpanKind.INTERNAL,
+        attributes=attributes,
         start_time=_ns(run_start),
-    )  # fmt: skip
+    )
     root_context = trace.set_span_in_context(root)
     rounds = sorted({plan.round for plan in plans} | {step.round for step in steps})
     plans_by_round = {plan.round: plan for plan in plans}
@@ -213,15 +225,22 @@ def _emit(tracer: Any, run: Any, plans: list, steps: list, nested: dict[int, lis
         round_start = min([plan_start, *starts]) if plan else min(starts, default=run_start)
         round_end = max([*ends, plan.created_at if plan else round_start, round_start])
         round_span = tracer.start_span(
-            f"round {round_}", context=root_context, start_time=_ns(round_start),
-            attributes={"openinference.span.kind": "CHAIN", "conductor.round": round_,
-                        "conductor.plan.strategy": plan.strategy if plan else run.strategy,
-                        "conductor.plan.error": plan.error if plan else ""},
-        )  # fmt: skip
+            f"round {round_}",
+            context=root_context,
+            start_time=_ns(round_start),
+            attributes={
+                "openinference.span.kind": "CHAIN",
+                "conductor.round": round_,
+                "conductor.plan.strategy": plan.strategy if plan else run.strategy,
+                "conductor.plan.error": plan.error if plan else "",
+            },
+        )
         round_context = trace.set_span_in_context(round_span)
         for number, (attempt, start, end) in enumerate(plan_spans):
             call = tracer.start_span(
-                f"chat {run.pool.conductor_model}", context=round_context, start_time=_ns(start),
+                f"chat {run.pool.conductor_model}",
+                context=round_context,
+                start_time=_ns(start),
                 attributes={
                     **_llm_attributes(
                         model=run.pool.conductor_model,
@@ -234,20 +253,28 @@ def _emit(tracer: Any, run: Any, plans: list, steps: list, nested: dict[int, lis
                     "conductor.plan.attempt": number,
                     "conductor.plan.parse_error": attempt.get("error") or "",
                 },
-            )  # fmt: skip
+            )
             if attempt.get("error"):
                 call.set_status(Status(StatusCode.ERROR, attempt["error"]))
             call.end(end_time=_ns(end))
         spans_by_id: dict[int, Any] = {}
         for step in round_steps:
-            links = [Link(spans_by_id[read].get_span_context(), {"conductor.link": "reads"})
-                     for read in step.reads or [] if read in spans_by_id]  # fmt: skip
+            links = [
+                Link(spans_by_id[read].get_span_context(), {"conductor.link": "reads"})
+                for read in step.reads or []
+                if read in spans_by_id
+            ]
             start = step.started_at or step.finished_at or round_start
             span = tracer.start_span(
-                f"chat {step.model}", context=round_context, links=links, start_time=_ns(start),
+                f"chat {step.model}",
+                context=round_context,
+                links=links,
+                start_time=_ns(start),
                 attributes={
                     **_llm_attributes(
-                        model=step.model, tokens_in=step.tokens_in, tokens_out=step.tokens_out,
+                        model=step.model,
+                        tokens_in=step.tokens_in,
+                        tokens_out=step.tokens_out,
                         messages=step.messages if capture else None,
                         output=step.response if capture else None,
                     ),
@@ -261,7 +288,7 @@ def _emit(tracer: Any, run: Any, plans: list, steps: list, nested: dict[int, lis
                     "conductor.step.nested_runs": nested.get(step.pk, []),
                     **({"conductor.step.instruction": step.instruction} if capture else {}),
                 },
-            )  # fmt: skip
+            )
             if step.status != "succeeded":
                 span.set_status(Status(StatusCode.ERROR, step.error or step.status))
             span.end(end_time=_ns(step.finished_at or start))
@@ -272,7 +299,9 @@ def _emit(tracer: Any, run: Any, plans: list, steps: list, nested: dict[int, lis
     root.end(end_time=_ns(run_end))
 
 
-def _plan_times(plan: Any, fallback: datetime) -> tuple[datetime, list[tuple[dict, datetime, datetime]]]:
+def _plan_times(
+    plan: Any, fallback: datetime
+) -> tuple[datetime, list[tuple[dict, datetime, datetime]]]:
     """When a round's conductor calls ran: the plan is stored right after its last call, and each
     attempt records its latency, so the calls are laid end to end before that moment."""
     if plan is None:

@@ -26,9 +26,22 @@ from orchestrator.models import Plan, Run
 CHUNK_SIZE: Final = 500
 RUN_FIELDS: Final = ("id", "pool_id", "input", "answer", "reference", "score", "status")
 TRAJECTORY_FIELDS: Final = (
-    "prompt", "completion", "run_id", "pool_id", "round", "attempt", "question", "raw_output",
-    "workflow", "parse_error", "answer", "reference", "score", "status", "reward",
-)  # fmt: skip
+    "prompt",
+    "completion",
+    "run_id",
+    "pool_id",
+    "round",
+    "attempt",
+    "question",
+    "raw_output",
+    "workflow",
+    "parse_error",
+    "answer",
+    "reference",
+    "score",
+    "status",
+    "reward",
+)
 """The keys of every line, in order."""
 
 
@@ -42,13 +55,22 @@ def decision_reward(*, parsed: bool, score: float | None, partial_credit: float)
     return partial_credit + (1.0 - partial_credit) * float(score)
 
 
-def trajectory_rows(*, runs: QuerySet[Run], partial_credit: float = 0.5) -> Iterator[dict[str, Any]]:
+def trajectory_rows(
+    *, runs: QuerySet[Run], partial_credit: float = 0.5
+) -> Iterator[dict[str, Any]]:
     """One dict per conductor decision of ``runs`` (any Run queryset), oldest run first."""
     plans = (
         Plan.objects.filter(run_id__in=runs.order_by().values("pk"), strategy="conductor")
         .select_related("run")
-        .only("id", "round", "messages", "attempts", "workflow", "run_id",
-              *(f"run__{field}" for field in RUN_FIELDS))  # fmt: skip
+        .only(
+            "id",
+            "round",
+            "messages",
+            "attempts",
+            "workflow",
+            "run_id",
+            *(f"run__{field}" for field in RUN_FIELDS),
+        )
         .order_by("run_id", "round")
     )
     for plan in plans.iterator(chunk_size=CHUNK_SIZE):
@@ -78,7 +100,9 @@ def _plan_rows(plan: Plan, run: Run, partial_credit: float) -> Iterator[dict[str
             "reference": run.reference,
             "score": run.score,
             "status": run.status,
-            "reward": decision_reward(parsed=parsed, score=run.score, partial_credit=partial_credit),
+            "reward": decision_reward(
+                parsed=parsed, score=run.score, partial_credit=partial_credit
+            ),
         }
 
 
@@ -92,14 +116,18 @@ def _workflow(steps: Sequence[dict[str, Any]] | None) -> list[dict[str, Any]] | 
             "worker": int(step["worker"]),
             "instruction": str(step["instruction"]),
             "access_all": step.get("access") == "all",
-            "access": [] if step.get("access") == "all" else [int(i) for i in step.get("access") or []],
+            "access": []
+            if step.get("access") == "all"
+            else [int(i) for i in step.get("access") or []],
         }
         for step in steps
     ]
 
 
 def _chat(messages: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
-    return [{"role": str(m.get("role", "")), "content": str(m.get("content", ""))} for m in messages]
+    return [
+        {"role": str(m.get("role", "")), "content": str(m.get("content", ""))} for m in messages
+    ]
 
 
 def trajectory_lines(*, runs: QuerySet[Run], partial_credit: float = 0.5) -> Iterator[str]:

@@ -32,8 +32,14 @@ def _key_projects(user) -> list[Project]:
     return list(Project.objects.filter(pk__in=ids).order_by("name"))
 
 
-def _page(request: HttpRequest, *, form: ApiKeyForm, new_key: str = "", new_key_models=(),
-          status: int = 200) -> HttpResponse:  # fmt: skip
+def _page(
+    request: HttpRequest,
+    *,
+    form: ApiKeyForm,
+    new_key: str = "",
+    new_key_models=(),
+    status: int = 200,
+) -> HttpResponse:
     context = {
         "keys": list(selectors.api_keys_of(user=request.user)),
         "form": form,
@@ -65,9 +71,12 @@ def account(request: HttpRequest) -> HttpResponse:
     models = [m for pool in selectors.api_pools(project=project) for m in model_ids(pool)]
     # The key is in this response only: not in a redirect URL, the session or a log.
     return _page(
-        request, form=ApiKeyForm(projects=projects), new_key=key, new_key_models=models[:8],
+        request,
+        form=ApiKeyForm(projects=projects),
+        new_key=key,
+        new_key_models=models[:8],
         status=201,
-    )  # fmt: skip
+    )
 
 
 @login_required

@@ -23,7 +23,7 @@ MAX_ERROR_LENGTH = 300
 # OpenAI-compatible servers that need no key (a local vLLM or Ollama) still get a non-empty one,
 # because the OpenAI SDK refuses to send a request without.
 NO_KEY_PLACEHOLDER = "no-key"
-_KEY_LIKE = re.compile(r"\b(sk|pk|rk)[-_][A-Za-z0-9_\-]{8,}")
+_KEY_LIKE = re.compile(r"\b(sk|pk|rk|cs)[-_][A-Za-z0-9_\-]{8,}")
 
 _litellm: Any = None
 
@@ -92,7 +92,8 @@ class LiteLLMClient:
             # Another Conductor Studio server (or this one) reads them: depth limit, step link.
             nesting = outgoing_headers()
             if nesting:
-                arguments["extra_headers"] = {**dict(arguments.get("extra_headers") or {}), **nesting}
+                extra = dict(arguments.get("extra_headers") or {})
+                arguments["extra_headers"] = {**extra, **nesting}
         if api_key is not None:
             arguments["api_key"] = api_key
         started = time.perf_counter()

@@ -142,7 +142,9 @@ def chat_run_create(
             "(does a pool call itself?)."
         )
     name = parse_model_name(model)
-    pool = next((p for p in api_pools(project=api_key.project_id) if p.api_slug == name.pool_slug), None)
+    pool = next(
+        (p for p in api_pools(project=api_key.project_id) if p.api_slug == name.pool_slug), None
+    )
     if pool is None:
         raise ModelNotFound(f"The model {model!r} does not exist or you do not have access to it.")
     input = conversation_input(messages)

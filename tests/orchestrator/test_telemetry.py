@@ -113,8 +113,11 @@ def test_a_run_is_one_trace_of_rounds_plans_and_steps(receiver, project, project
     assert [bytes(r.parent_span_id) for r in rounds] == [bytes(root.span_id)]
 
     steps = {s.pk: s for s in Step.objects.filter(run=run)}
-    step_spans = {attributes(span)["conductor.step.id"]: span for span in spans
-                  if "conductor.step.id" in attributes(span)}  # fmt: skip
+    step_spans = {
+        attributes(span)["conductor.step.id"]: span
+        for span in spans
+        if "conductor.step.id" in attributes(span)
+    }
     assert set(step_spans) == set(steps)
     for step_id, span in step_spans.items():
         step, found = steps[step_id], attributes(span)
@@ -129,7 +132,9 @@ def test_a_run_is_one_trace_of_rounds_plans_and_steps(receiver, project, project
         assert found["llm.token_count.total"] == step.tokens_in + step.tokens_out
         assert "llm.input_messages.0.message.content" not in found
         # Links follow the access list: the aggregator reads every proposer.
-        linked = {attributes(by_id[bytes(link.span_id)])["conductor.step.id"] for link in span.links}
+        linked = {
+            attributes(by_id[bytes(link.span_id)])["conductor.step.id"] for link in span.links
+        }
         assert linked == set(step.reads)
         assert span.start_time_unix_nano <= span.end_time_unix_nano
         assert root.start_time_unix_nano <= span.start_time_unix_nano
@@ -137,8 +142,9 @@ def test_a_run_is_one_trace_of_rounds_plans_and_steps(receiver, project, project
     assert len(step_spans[aggregator.pk].links) == aggregator.index >= 2
 
 
-def test_conductor_calls_and_messages_when_the_setting_allows(receiver, project, project_admin,
-                                                              settings):  # fmt: skip
+def test_conductor_calls_and_messages_when_the_setting_allows(
+    receiver, project, project_admin, settings
+):
     settings.CONDUCTOR_OTEL_CAPTURE_MESSAGES = True
     pool = make_pool(project=project, workers=2, name="Conducted")
     run = execute(pool, project_admin)

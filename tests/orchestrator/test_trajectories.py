@@ -15,8 +15,10 @@ from orchestrator.services.runs import run_create, run_execute
 from orchestrator.trajectories import TRAJECTORY_FIELDS, decision_reward
 from tests.factories import make_pool
 
-pytestmark = [pytest.mark.django_db(transaction=True),
-              pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume")]  # fmt: skip
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume"),
+]
 
 # TRL's conversational prompt/completion format: "prompt" a list of messages ending before the
 # answer, "completion" a list with the model's turn (trl docs, "Dataset formats").
@@ -32,8 +34,9 @@ def assert_trl_record(row: dict) -> None:
 
 
 def executed_run(pool, admin, question: str, reference: str) -> Run:
-    run = run_create(pool=pool, input=question, reference=reference, created_by=admin,
-                     enqueue=False)  # fmt: skip
+    run = run_create(
+        pool=pool, input=question, reference=reference, created_by=admin, enqueue=False
+    )
     run_execute(run_id=run.pk)
     run.refresh_from_db()
     return run
@@ -45,10 +48,11 @@ def repaired_plan(run: Run) -> None:
     good = plan.attempts[0]["raw"]
     system, user = plan.messages[:2]
     plan.messages = [
-        system, user,
+        system,
+        user,
         {"role": "assistant", "content": "model_id = [0"},
         {"role": "user", "content": "Your workflow could not be read: unclosed list."},
-    ]  # fmt: skip
+    ]
     plan.attempts = [
         {"raw": "", "error": "timed out", "tokens_in": 0, "tokens_out": 0},  # a failed call
         {"raw": "model_id = [0", "error": "unclosed list", "tokens_in": 9, "tokens_out": 3},
@@ -133,7 +137,9 @@ def test_every_field_has_one_type_on_every_line(runs, project_admin):
     assert seen[".workflow[].access_all"] == {"boolean"}
 
 
-def test_filters_and_partial_credit_apply_and_other_projects_stay_out(runs, project_admin, outsider):
+def test_filters_and_partial_credit_apply_and_other_projects_stay_out(
+    runs, project_admin, outsider
+):
     right, wrong = runs
     client = APIClient()
     client.force_authenticate(project_admin)

@@ -39,10 +39,12 @@ async def test_a_completion_streamed_and_not_follows_a_run_on_a_celery_worker(
 
     worker = await sync_to_async(start_celery_worker)()
     model, key = await sync_to_async(setup)()
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=application),
-                             base_url="http://testserver", timeout=60)  # fmt: skip
-    client = openai.AsyncOpenAI(base_url="http://testserver/v1", api_key=key, http_client=http,
-                                max_retries=0)  # fmt: skip
+    http = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=application), base_url="http://testserver", timeout=60
+    )
+    client = openai.AsyncOpenAI(
+        base_url="http://testserver/v1", api_key=key, http_client=http, max_retries=0
+    )
     try:
         raw = await client.chat.completions.with_raw_response.create(model=model, messages=QUESTION)
         completion = raw.parse()
@@ -51,10 +53,13 @@ async def test_a_completion_streamed_and_not_follows_a_run_on_a_celery_worker(
         assert completion.choices[0].message.content == run.answer
         assert completion.usage.total_tokens == run.tokens_in + run.tokens_out
 
-        stream = await client.chat.completions.create(model=f"{model}:moa", messages=QUESTION,
-                                                      stream=True)  # fmt: skip
+        stream = await client.chat.completions.create(
+            model=f"{model}:moa", messages=QUESTION, stream=True
+        )
         chunks = [chunk async for chunk in stream]
-        progress = [c.model_extra["conductor"] for c in chunks if "conductor" in (c.model_extra or {})]
+        progress = [
+            c.model_extra["conductor"] for c in chunks if "conductor" in (c.model_extra or {})
+        ]
         streamed = await Run.objects.aget(pk=progress[0]["run_id"])
         assert "".join(c.choices[0].delta.content or "" for c in chunks) == streamed.answer
         assert {"step.started", "step.finished"} <= {p["event"] for p in progress}

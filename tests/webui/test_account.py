@@ -19,7 +19,9 @@ def test_creating_a_key_shows_it_once_and_stores_only_its_hash(client, project, 
     client.force_login(reviewer)
     response = client.post("/account/", {"project": project.pk, "name": "notebook"})
     assert response.status_code == 201
-    assert response["Cache-Control"].startswith("max-age=0") or "no-cache" in response["Cache-Control"]
+    assert (
+        response["Cache-Control"].startswith("max-age=0") or "no-cache" in response["Cache-Control"]
+    )
     html = response.content.decode()
     key = re.search(r'id="new-key"[^>]*value="(cs-[^"]+)"', html).group(1)
     stored = ApiKey.objects.get(user=reviewer)
@@ -63,7 +65,9 @@ def test_a_viewer_cannot_create_keys_and_nobody_revokes_anothers(client, project
     assert theirs.revoked_at is None
 
 
-def test_the_api_lists_creates_and_revokes_keys_with_the_same_rules(project, reviewer, viewer, outsider):
+def test_the_api_lists_creates_and_revokes_keys_with_the_same_rules(
+    project, reviewer, viewer, outsider
+):
     api = APIClient()
     api.force_authenticate(reviewer)
     created = api.post("/api/keys/", {"project": project.slug, "name": "ci"}, format="json")

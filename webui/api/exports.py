@@ -31,9 +31,11 @@ class TrajectoryExportApi(APIView):
     class QuerySerializer(RunListCreateApi.FilterSerializer):
         project = serializers.IntegerField(required=False, min_value=1)
         partial_credit = serializers.FloatField(
-            required=False, min_value=0.0, max_value=1.0,
+            required=False,
+            min_value=0.0,
+            max_value=1.0,
             help_text="Reward of a parsed workflow whose answer scored 0 (default from settings).",
-        )  # fmt: skip
+        )
 
     @extend_schema(
         operation_id="export_trajectories",

@@ -169,10 +169,11 @@ class RunDetailOutputSerializer(RunSummaryOutputSerializer):
     grader = serializers.CharField()
     replay_of = serializers.IntegerField(source="replay_of_id", allow_null=True)
     called_from = serializers.IntegerField(
-        source="called_from_id", allow_null=True,
+        source="called_from_id",
+        allow_null=True,
         help_text="The step whose worker started this run through /v1 (recursion), if any.",
-    )  # fmt: skip
-    depth = serializers.IntegerField(help_text="How many /v1 calls deep this run is (0: a client's).")
+    )
+    depth = serializers.IntegerField(help_text="How many /v1 calls deep the run is (0: a client's).")
     end_user = serializers.CharField(help_text="The `user` a /v1 client sent, if any.")
     plans = PlanOutputSerializer(many=True)
     steps = StepWithResponseOutputSerializer(many=True)

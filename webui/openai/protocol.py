@@ -20,17 +20,27 @@ RUN_URL_HEADER: Final = "X-Conductor-Run-Url"
 DONE: Final = "data: [DONE]\n\n"
 # What a step's progress chunk tells of it (the live event's STEP, without the long fields).
 PROGRESS_STEP_FIELDS: Final = (
-    "id", "round", "index", "worker", "model", "instruction", "status", "tokens_in", "tokens_out",
-    "latency", "error",
-)  # fmt: skip
+    "id",
+    "round",
+    "index",
+    "worker",
+    "model",
+    "instruction",
+    "status",
+    "tokens_in",
+    "tokens_out",
+    "latency",
+    "error",
+)
 # About four characters a token: how max_tokens is applied to an answer made by several models
 # with different tokenizers.
 CHARS_PER_TOKEN: Final = 4
 ANSWER_PIECE_CHARS: Final = 64
 
 
-def error_body(message: str, *, type: str, code: str | None = None, param: str | None = None,
-               **extra: Any) -> dict[str, Any]:  # fmt: skip
+def error_body(
+    message: str, *, type: str, code: str | None = None, param: str | None = None, **extra: Any
+) -> dict[str, Any]:
     return {"error": {"message": message, "type": type, "param": param, "code": code, **extra}}
 
 
@@ -138,9 +148,10 @@ class ChunkWriter:
     ) -> str:
         data: dict[str, Any] = {
             **self.base,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason,
-                         "logprobs": None}],
-        }  # fmt: skip
+            "choices": [
+                {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+            ],
+        }
         if self.include_usage:
             data["usage"] = None
         if progress is not None:
@@ -148,9 +159,7 @@ class ChunkWriter:
         return _sse(data)
 
     def start(self) -> str:
-        return self.chunk(
-            {"role": "assistant", "content": ""}, progress={"event": "run.created"}
-        )
+        return self.chunk({"role": "assistant", "content": ""}, progress={"event": "run.created"})
 
     def progress(self, event: dict[str, Any]) -> str | None:
         """A live event as a progress chunk (an empty delta); None for events not shown."""
@@ -176,9 +185,12 @@ class ChunkWriter:
             for start in range(0, len(text), ANSWER_PIECE_CHARS)
         ]
         parts.append(
-            self.chunk({}, finish_reason=finish_reason,
-                       progress={"event": "run.finished", **run_extension(run, self.run_url)})
-        )  # fmt: skip
+            self.chunk(
+                {},
+                finish_reason=finish_reason,
+                progress={"event": "run.finished", **run_extension(run, self.run_url)},
+            )
+        )
         if self.include_usage:
             parts.append(_sse({**self.base, "choices": [], "usage": usage(run)}))
         return parts

@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -56,22 +56,36 @@ async def _authenticate(request: HttpRequest) -> ApiKey:
     header = request.headers.get("Authorization", "")
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
-        raise _Refused(protocol.error_response(
-            401, "Send your API key as 'Authorization: Bearer <key>' (create one on your "
-            "account page).", type="invalid_request_error", code="invalid_api_key",
-        ))  # fmt: skip
+        raise _Refused(
+            protocol.error_response(
+                401,
+                "Send your API key as 'Authorization: Bearer <key>' (create one on your "
+                "account page).",
+                type="invalid_request_error",
+                code="invalid_api_key",
+            )
+        )
     api_key = await sync_to_async(api_key_authenticate)(key=key.strip())
     if api_key is None:
-        raise _Refused(protocol.error_response(
-            401, "Incorrect API key provided, or the key was revoked.",
-            type="invalid_request_error", code="invalid_api_key",
-        ))  # fmt: skip
+        raise _Refused(
+            protocol.error_response(
+                401,
+                "Incorrect API key provided, or the key was revoked.",
+                type="invalid_request_error",
+                code="invalid_api_key",
+            )
+        )
     if await _over_rate_limit(api_key.pk):
-        raise _Refused(protocol.error_response(
-            429, f"Rate limit reached: {settings.CONDUCTOR_API_RATE_LIMIT} requests per minute "
-            "per key. Try again shortly.", type="requests", code="rate_limit_exceeded",
-            headers={"Retry-After": str(60 - int(time.time()) % 60)},
-        ))  # fmt: skip
+        raise _Refused(
+            protocol.error_response(
+                429,
+                f"Rate limit reached: {settings.CONDUCTOR_API_RATE_LIMIT} requests per minute "
+                "per key. Try again shortly.",
+                type="requests",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(60 - int(time.time()) % 60)},
+            )
+        )
     return api_key
 
 
@@ -136,7 +150,9 @@ def _model_not_found(message: str) -> JsonResponse:
     )
 
 
-def _bad_request(message: str, *, param: str | None = None, code: str | None = None) -> JsonResponse:
+def _bad_request(
+    message: str, *, param: str | None = None, code: str | None = None
+) -> JsonResponse:
     return protocol.error_response(
         400, message, type="invalid_request_error", param=param, code=code
     )
@@ -154,31 +170,51 @@ class _ChatRequest:
         self.model = model
         self.messages = body.get("messages")
         if not isinstance(self.messages, list):
-            raise _Refused(_bad_request("Give messages: a list of chat messages.", param="messages"))
+            raise _Refused(
+                _bad_request("Give messages: a list of chat messages.", param="messages")
+            )
         for name in UNSUPPORTED:
             if body.get(name) not in (None, [], {}):
-                raise _Refused(_bad_request(
-                    f"{name} is not supported: a run answers in text only.", param=name,
-                    code="unsupported_parameter",
-                ))  # fmt: skip
+                raise _Refused(
+                    _bad_request(
+                        f"{name} is not supported: a run answers in text only.",
+                        param=name,
+                        code="unsupported_parameter",
+                    )
+                )
         if body.get("n") not in (None, 1):
-            raise _Refused(_bad_request("n must be 1: one run, one answer.", param="n",
-                                        code="unsupported_parameter"))  # fmt: skip
+            raise _Refused(
+                _bad_request(
+                    "n must be 1: one run, one answer.", param="n", code="unsupported_parameter"
+                )
+            )
         if body.get("logprobs"):
-            raise _Refused(_bad_request("logprobs are not available for a run.", param="logprobs",
-                                        code="unsupported_parameter"))  # fmt: skip
+            raise _Refused(
+                _bad_request(
+                    "logprobs are not available for a run.",
+                    param="logprobs",
+                    code="unsupported_parameter",
+                )
+            )
         response_format = body.get("response_format")
         if response_format not in (None, {}) and (
             not isinstance(response_format, dict) or response_format.get("type") != "text"
         ):
-            raise _Refused(_bad_request("Only the text response format is supported.",
-                                        param="response_format", code="unsupported_parameter"))  # fmt: skip
+            raise _Refused(
+                _bad_request(
+                    "Only the text response format is supported.",
+                    param="response_format",
+                    code="unsupported_parameter",
+                )
+            )
         self.stream = body.get("stream") or False
         if not isinstance(self.stream, bool):
             raise _Refused(_bad_request("stream must be true or false.", param="stream"))
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
-            raise _Refused(_bad_request("stream_options must be an object.", param="stream_options"))
+            raise _Refused(
+                _bad_request("stream_options must be an object.", param="stream_options")
+            )
         self.include_usage = bool(options.get("include_usage"))
         self.max_tokens = None
         for name in ("max_completion_tokens", "max_tokens"):
@@ -194,13 +230,20 @@ class _ChatRequest:
             value = body.get(name)
             if value is None:
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= high:
-                raise _Refused(_bad_request(f"{name} must be a number from 0 to {high:g}.", param=name))
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 <= value <= high
+            ):
+                raise _Refused(
+                    _bad_request(f"{name} must be a number from 0 to {high:g}.", param=name)
+                )
             self.worker_params[name] = float(value)
         user = body.get("user") or ""
         if not isinstance(user, str) or len(user) > 256:
-            raise _Refused(_bad_request("user must be a string of at most 256 characters.",
-                                        param="user"))  # fmt: skip
+            raise _Refused(
+                _bad_request("user must be a string of at most 256 characters.", param="user")
+            )
         self.user = user
 
 
@@ -220,11 +263,15 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         return _method_not_allowed("POST")
     try:
         api_key = await _authenticate(request)
-        if len(request.body) > MAX_BODY_BYTES:
+        try:
+            raw_body = request.body
+        except RequestDataTooBig:
+            raise _Refused(_bad_request(f"The body is over {MAX_BODY_BYTES} bytes.")) from None
+        if len(raw_body) > MAX_BODY_BYTES:
             raise _Refused(_bad_request(f"The body is over {MAX_BODY_BYTES} bytes."))
         try:
-            body = json.loads(request.body)
-        except (ValueError, UnicodeDecodeError):
+            body = json.loads(raw_body)
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise _Refused(_bad_request("The body is not valid JSON.")) from None
         chat = _ChatRequest(body)
         depth = _header_int(request, DEPTH_HEADER) or 0
@@ -245,11 +292,15 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         except DepthExceeded as error:
             raise _Refused(_bad_request(str(error), code="depth_limit_exceeded")) from None
         except PermissionDenied as error:
-            raise _Refused(protocol.error_response(
-                403, str(error), type="permission_error", code="permission_denied"
-            )) from None  # fmt: skip
+            raise _Refused(
+                protocol.error_response(
+                    403, str(error), type="permission_error", code="permission_denied"
+                )
+            ) from None
         except ValidationError as error:
-            field, messages = next(iter(getattr(error, "message_dict", {"": error.messages}).items()))
+            field, messages = next(
+                iter(getattr(error, "message_dict", {"": error.messages}).items())
+            )
             param = "messages" if field == "input" else (field or None)
             raise _Refused(_bad_request(" ".join(messages), param=param)) from None
     except _Refused as refused:
@@ -272,14 +323,20 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
     run = await _finished_run(run.pk)
     if run.status != Run.Status.SUCCEEDED:
         return protocol.error_response(
-            500, protocol.run_failed_message(run, run_url), type="server_error",
-            code=f"run_{run.status}", headers=headers, run_url=run_url,
-        )  # fmt: skip
+            500,
+            protocol.run_failed_message(run, run_url),
+            type="server_error",
+            code=f"run_{run.status}",
+            headers=headers,
+            run_url=run_url,
+        )
     body = protocol.completion(run, model=chat.model, run_url=run_url, max_tokens=chat.max_tokens)
     return JsonResponse(body, headers=headers)
 
 
-async def _stream(run_id: int, writer: protocol.ChunkWriter, *, max_tokens: int | None) -> AsyncIterator[str]:
+async def _stream(
+    run_id: int, writer: protocol.ChunkWriter, *, max_tokens: int | None
+) -> AsyncIterator[str]:
     yield writer.start()
     async for event in run_events(run_id):
         chunk = writer.progress(event)
@@ -287,7 +344,9 @@ async def _stream(run_id: int, writer: protocol.ChunkWriter, *, max_tokens: int 
             yield chunk
     run = await _finished_run(run_id)
     if run.status != Run.Status.SUCCEEDED:
-        yield writer.error(protocol.run_failed_message(run, writer.run_url), code=f"run_{run.status}")
+        yield writer.error(
+            protocol.run_failed_message(run, writer.run_url), code=f"run_{run.status}"
+        )
     else:
         for part in writer.answer(run, max_tokens=max_tokens):
             yield part

@@ -23,9 +23,12 @@ class Command(BaseCommand):
         parser.add_argument("--project", help="A project's slug.")
         parser.add_argument("--pool", type=int, help="A pool's id.")
         parser.add_argument("--status", choices=[str(s) for s in Run.Status])
-        parser.add_argument("--partial-credit", type=float,
-                            default=settings.CONDUCTOR_EXPORT_PARTIAL_CREDIT,
-                            help="Reward of a parsed workflow whose answer scored 0.")  # fmt: skip
+        parser.add_argument(
+            "--partial-credit",
+            type=float,
+            default=settings.CONDUCTOR_EXPORT_PARTIAL_CREDIT,
+            help="Reward of a parsed workflow whose answer scored 0.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if not 0.0 <= options["partial_credit"] <= 1.0:

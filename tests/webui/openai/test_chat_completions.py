@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import openai
 import pytest
 
@@ -76,9 +77,14 @@ def test_streaming_sends_progress_then_the_answer_then_usage(v1):
     assert sorted(started) == sorted(finished) == list(range(len(started)))
     assert len(started) >= 2  # proposers and the aggregator
     # Progress comes before the answer; the finish reason after it; usage last, with no choice.
-    first_content = next(i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.content)
-    assert all(i < first_content for i, c in enumerate(chunks)
-               if (c.model_extra or {}).get("conductor", {}).get("event") == "step.finished")
+    first_content = next(
+        i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.content
+    )
+    assert all(
+        i < first_content
+        for i, c in enumerate(chunks)
+        if (c.model_extra or {}).get("conductor", {}).get("event") == "step.finished"
+    )
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
     assert chunks[-1].choices == []
     assert chunks[-1].usage.prompt_tokens == run["tokens_in"]
@@ -88,8 +94,9 @@ def test_streaming_sends_progress_then_the_answer_then_usage(v1):
 
 def test_without_stream_options_there_is_no_usage_chunk(v1):
     chunks = list(
-        client(v1).chat.completions.create(model=f"{DEMO_MODEL}:single", messages=ask(),
-                                           stream=True)
+        client(v1).chat.completions.create(
+            model=f"{DEMO_MODEL}:single", messages=ask(), stream=True
+        )
     )
     assert all(c.choices for c in chunks)
     assert "".join(c.choices[0].delta.content or "" for c in chunks).endswith("Answer: 391")
@@ -144,7 +151,10 @@ def test_earlier_messages_are_context_for_the_last_question(v1):
 
 def test_temperature_user_and_max_tokens_are_honoured(v1):
     raw = client(v1).chat.completions.with_raw_response.create(
-        model=f"{DEMO_MODEL}:single", messages=ask(), temperature=0.25, user="end-user-7",
+        model=f"{DEMO_MODEL}:single",
+        messages=ask(),
+        temperature=0.25,
+        user="end-user-7",
         max_tokens=3,
     )
     completion = raw.parse()
@@ -166,7 +176,8 @@ def test_a_bad_or_revoked_key_is_401(v1):
     key = v1.new_key()
     assert client(v1, key).models.list()
     key_id = v1.query(
-        f"from orchestrator.models import ApiKey\nresult = ApiKey.objects.get(prefix={key[:10]!r}).pk"
+        "from orchestrator.models import ApiKey\n"
+        f"result = ApiKey.objects.get(prefix={key[:10]!r}).pk"
     )
     v1.server.manage("api_key", "revoke", "admin", str(key_id))
     with pytest.raises(openai.AuthenticationError):
@@ -174,7 +185,12 @@ def test_a_bad_or_revoked_key_is_401(v1):
 
 
 def test_an_unknown_model_or_another_projects_pool_is_404(v1):
-    for model in ("no-such-pool", "secret-pool", f"{DEMO_MODEL}:bogus", f"{DEMO_MODEL}:conductor:1"):
+    for model in (
+        "no-such-pool",
+        "secret-pool",
+        f"{DEMO_MODEL}:bogus",
+        f"{DEMO_MODEL}:conductor:1",
+    ):
         with pytest.raises(openai.NotFoundError) as error:
             client(v1).chat.completions.create(model=model, messages=ask())
         assert error.value.code == "model_not_found", model
@@ -239,3 +255,11 @@ def test_too_many_requests_is_429(v1):
     assert error.value.status_code == 429
     assert int(error.value.response.headers["Retry-After"]) <= 60
     assert client(v1).models.list()  # other keys are not held back
+
+
+def test_a_body_that_is_not_json_or_too_deep_or_too_big_is_400(v1):
+    headers = {"Authorization": f"Bearer {v1.key}", "Content-Type": "application/json"}
+    for body in (b"{not json", b"[" * 100_000 + b"]" * 100_000, b'{"model": "' + b"x" * 1_100_000):
+        response = httpx.post(f"{v1.base_url}/chat/completions", content=body, headers=headers)
+        assert response.status_code == 400, response.text[:200]
+        assert response.json()["error"]["type"] == "invalid_request_error"

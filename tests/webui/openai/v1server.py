@@ -60,7 +60,7 @@ class V1Server:
         script = f"import json\n{code}\nprint('RESULT=' + json.dumps(result, default=str))"
         for line in self.server.shell(script).splitlines():
             if line.startswith("RESULT="):
-                return json.loads(line[len("RESULT="):])
+                return json.loads(line[len("RESULT=") :])
         raise AssertionError("no result printed")
 
     def run(self, run_id: int) -> dict:
