@@ -12,13 +12,19 @@ Spans carry the GenAI semantic conventions (``gen_ai.*``: operation, provider, r
 usage tokens) and the OpenInference attributes Phoenix and Langfuse read (``openinference.span.
 kind``, ``llm.*``, ``input.value``/``output.value``). Messages and responses are included only
 with ``CONDUCTOR_OTEL_CAPTURE_MESSAGES`` on.
+
+Ids are stable, derived from the site's address and the run, round, plan and step ids: a run
+started through ``/v1`` by another run's step (recursion) continues its caller's trace, its root
+span a child of the calling step's span, and a run exported twice gives the same spans.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import random
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -72,6 +78,40 @@ def _export_logging_errors(run_id: int) -> None:
         connections.close_all()  # this thread's own connections only
 
 
+class _StableIds:
+    """The SDK's id generator, handing out the ids ``_emit`` chose for the next span (one
+    export thread at a time uses it); random ones otherwise."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    def next(self, *, span_id: int, trace_id: int | None = None) -> None:
+        self.local.span_id, self.local.trace_id = span_id, trace_id
+
+    def generate_span_id(self) -> int:
+        span_id = getattr(self.local, "span_id", None)
+        self.local.span_id = None
+        return span_id or random.getrandbits(64) or 1
+
+    def generate_trace_id(self) -> int:
+        trace_id = getattr(self.local, "trace_id", None)
+        self.local.trace_id = None
+        return trace_id or random.getrandbits(128) or 1
+
+    def is_trace_id_random(self) -> bool:
+        return False
+
+
+_STABLE_IDS = _StableIds()
+
+
+def stable_id(*parts: object, bits: int = 64) -> int:
+    """A nonzero id of ``bits`` bits for these parts, the same on every export of this site."""
+    text = ":".join(str(part) for part in (settings.CONDUCTOR_BASE_URL, *parts))
+    value = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=bits // 8).digest(), "big")
+    return value or 1
+
+
 def _current_provider() -> Any:
     """The tracer provider for the configured endpoint, made again if the endpoint changed."""
     global _provider, _provider_endpoint
@@ -90,7 +130,7 @@ def _current_provider() -> Any:
                 if not os.environ.get("OTEL_SERVICE_NAME")
                 else {}
             )
-            _provider = TracerProvider(resource=resource)
+            _provider = TracerProvider(resource=resource, id_generator=_STABLE_IDS)
             _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
             _provider_endpoint = endpoint
         return _provider if endpoint else None
@@ -113,7 +153,22 @@ def run_trace_export(*, run_id: int) -> None:
         "called_from_id", "pk"
     ):
         nested.setdefault(step_id, []).append(nested_id)
-    _emit(provider.get_tracer(INSTRUMENTATION_NAME), run, plans, steps, nested)
+    _emit(provider.get_tracer(INSTRUMENTATION_NAME), run, plans, steps, nested, _top_run_id(run))
+
+
+def _top_run_id(run: Any) -> int:
+    """The run at the top of a chain of nested runs (whose trace they all join)."""
+    from orchestrator.models import Step
+
+    top, step_id = run.pk, run.called_from_id
+    for _ in range(64):  # far past any depth limit: a bound, not a rule
+        if step_id is None:
+            break
+        row = Step.objects.filter(pk=step_id).values_list("run_id", "run__called_from_id").first()
+        if row is None:
+            break
+        top, step_id = row
+    return top
 
 
 def _ns(moment: datetime | None) -> int | None:
@@ -172,9 +227,32 @@ def _llm_attributes(
     return attributes
 
 
-def _emit(tracer: Any, run: Any, plans: list, steps: list, nested: dict[int, list[int]]) -> None:
+def _emit(
+    tracer: Any, run: Any, plans: list, steps: list, nested: dict[int, list[int]], top_run: int
+) -> None:
     from opentelemetry import trace
-    from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+    from opentelemetry.trace import (
+        Link,
+        NonRecordingSpan,
+        SpanContext,
+        SpanKind,
+        Status,
+        StatusCode,
+        TraceFlags,
+    )
+
+    ids = _STABLE_IDS
+    trace_id = stable_id("trace", top_run, bits=128)
+    parent = None
+    if run.called_from_id:
+        # The calling step's span, in the caller's trace (exported with the caller's run).
+        calling = SpanContext(
+            trace_id=trace_id,
+            span_id=stable_id("step", run.called_from_id),
+            is_remote=True,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        )
+        parent = trace.set_span_in_context(NonRecordingSpan(calling))
 
     capture = settings.CONDUCTOR_OTEL_CAPTURE_MESSAGES
     run_start = run.started_at or run.created_at
@@ -207,8 +285,10 @@ def _emit(tracer: Any, run: Any, plans: list, steps: list, nested: dict[int, lis
     if capture:
         attributes["input.value"] = run.input
         attributes["output.value"] = run.answer
+    ids.next(span_id=stable_id("run", run.pk), trace_id=trace_id)
     root = tracer.start_span(
         f"invoke_agent {run.pool.name}",
+        context=parent,
         kind=SpanKind.INTERNAL,
         attributes=attributes,
         start_time=_ns(run_start),
@@ -224,6 +304,7 @@ def _emit(tracer: Any, run: Any, plans: list, steps: list, nested: dict[int, lis
         plan_start, plan_spans = _plan_times(plan, run_start)
         round_start = min([plan_start, *starts]) if plan else min(starts, default=run_start)
         round_end = max([*ends, plan.created_at if plan else round_start, round_start])
+        ids.next(span_id=stable_id("round", run.pk, round_))
         round_span = tracer.start_span(
             f"round {round_}",
             context=root_context,
@@ -237,6 +318,7 @@ def _emit(tracer: Any, run: Any, plans: list, steps: list, nested: dict[int, lis
         )
         round_context = trace.set_span_in_context(round_span)
         for number, (attempt, start, end) in enumerate(plan_spans):
+            ids.next(span_id=stable_id("plan", plan.pk, number))
             call = tracer.start_span(
                 f"chat {run.pool.conductor_model}",
                 context=round_context,
@@ -265,6 +347,7 @@ def _emit(tracer: Any, run: Any, plans: list, steps: list, nested: dict[int, lis
                 if read in spans_by_id
             ]
             start = step.started_at or step.finished_at or round_start
+            ids.next(span_id=stable_id("step", step.pk))
             span = tracer.start_span(
                 f"chat {step.model}",
                 context=round_context,

@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from orchestrator import telemetry
-from orchestrator.models import Step
+from orchestrator.models import Run, Step
 from orchestrator.services.runs import run_create, run_execute
 from tests.factories import make_pool
 
@@ -181,3 +181,32 @@ def test_a_slow_or_absent_collector_never_slows_or_fails_a_run(monkeypatch, proj
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
     assert execute(pool, project_admin).status == "succeeded"
     telemetry.flush()
+
+
+def test_a_nested_run_continues_its_callers_trace_under_the_calling_step(
+    receiver, project, project_admin
+):
+    pool = make_pool(project=project, workers=2)
+    outer = execute(pool, project_admin, strategy="single")
+    inner = execute(pool, project_admin, strategy="single")
+    calling = Step.objects.get(run=outer)
+    Run.objects.filter(pk=inner.pk).update(called_from=calling, depth=1)
+    telemetry.flush()
+    receiver.spans.clear()
+    telemetry.run_trace_enqueue(run_id=outer.pk)
+    telemetry.run_trace_enqueue(run_id=inner.pk)
+    telemetry.run_trace_enqueue(run_id=outer.pk)  # exported again: the same spans
+    telemetry.flush()
+
+    def step_span(step_id):
+        return [s for s in receiver.spans if attributes(s).get("conductor.step.id") == step_id]
+
+    first, again = step_span(calling.pk)
+    assert (bytes(first.trace_id), bytes(first.span_id)) == (
+        bytes(again.trace_id),
+        bytes(again.span_id),
+    )
+    [inner_root] = [s for s in receiver.spans if attributes(s).get("conductor.run.id") == inner.pk]
+    assert bytes(inner_root.trace_id) == bytes(first.trace_id)
+    assert bytes(inner_root.parent_span_id) == bytes(first.span_id)
+    assert attributes(first)["conductor.step.nested_runs"] == [inner.pk]
