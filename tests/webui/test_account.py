@@ -86,3 +86,20 @@ def test_the_api_lists_creates_and_revokes_keys_with_the_same_rules(
     api.force_authenticate(outsider)
     assert api.post("/api/keys/", {"project": project.slug}, format="json").status_code == 400
     assert api.post(f"/api/keys/{listed[0]['id']}/revoke/").status_code == 404
+
+
+def test_a_superuser_sees_keys_in_the_admin_without_their_hash_and_can_revoke_them(
+    client, project, reviewer, superuser
+):
+    api_key, key = api_key_create(user=reviewer, project=project, name="laptop")
+    client.force_login(superuser)
+    listing = client.get("/admin/orchestrator/apikey/").content.decode()
+    assert "laptop" in listing and api_key.prefix in listing
+    detail = client.get(f"/admin/orchestrator/apikey/{api_key.pk}/change/").content.decode()
+    assert api_key.key_hash not in detail and key not in detail
+    response = client.post(
+        "/admin/orchestrator/apikey/",
+        {"action": "revoke", "_selected_action": [api_key.pk]},
+    )
+    assert response.status_code == 302
+    assert api_key_authenticate(key=key) is None
