@@ -168,3 +168,26 @@ def test_reward_is_zero_unparsed_and_scaled_by_partial_credit():
     assert decision_reward(parsed=True, score=0.0, partial_credit=0.5) == 0.5
     assert decision_reward(parsed=True, score=0.0, partial_credit=0.0) == 0.0
     assert decision_reward(parsed=True, score=None, partial_credit=0.5) is None
+
+
+def test_a_v1_key_exports_its_own_projects_runs_only(runs, project, project_admin):
+    from orchestrator.models import Membership
+    from orchestrator.services.api_keys import api_key_create, api_key_revoke
+    from tests.factories import make_project
+
+    other = make_project(name="Second")
+    Membership.objects.create(project=other, user=project_admin, role=Membership.Role.ADMIN)
+    elsewhere = executed_run(make_pool(project=other), project_admin, "What is 1 + 1?", "2")
+    api_key, key = api_key_create(user=project_admin, project=project)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert {row["run_id"] for row in export(client)} == {run.pk for run in runs}
+    assert export(client, project=other.pk) == []
+    session = APIClient()
+    session.force_authenticate(project_admin)
+    assert elsewhere.pk in {row["run_id"] for row in export(session)}
+
+    api_key_revoke(user=project_admin, key_id=api_key.pk)
+    response = client.get("/api/export/trajectories.jsonl")
+    assert response.status_code in (401, 403)  # 403 while session auth is listed first
+    assert "revoked" in response.json()["detail"]

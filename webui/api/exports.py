@@ -11,10 +11,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from orchestrator import selectors
+from orchestrator.models import ApiKey
 from orchestrator.trajectories import trajectory_lines
+from webui.api.authentication import ApiKeyAuthentication
 from webui.api.runs import RunListCreateApi
 
 # Lines handed to the server per hop to the database thread.
@@ -26,7 +29,10 @@ class TrajectoryExportApi(APIView):
     ``prompt`` (chat messages) and ``completion`` (the conductor's raw output) as TRL's
     prompt/completion datasets expect, the parsed ``workflow`` or the ``parse_error``, the run's
     ``answer``, ``reference`` and ``score``, and a ``reward`` (0 when the output did not parse,
-    else ``partial_credit + (1 - partial_credit) * score``). Streamed: any number of runs."""
+    else ``partial_credit + (1 - partial_credit) * score``). Streamed: any number of runs.
+    Also takes a /v1 API key as ``Authorization: Bearer <key>``: then only its project's runs."""
+
+    authentication_classes = [*api_settings.DEFAULT_AUTHENTICATION_CLASSES, ApiKeyAuthentication]
 
     class QuerySerializer(RunListCreateApi.FilterSerializer):
         project = serializers.IntegerField(required=False, min_value=1)
@@ -51,6 +57,10 @@ class TrajectoryExportApi(APIView):
         query.is_valid(raise_exception=True)
         filters = dict(query.validated_data)
         partial_credit = filters.pop("partial_credit", settings.CONDUCTOR_EXPORT_PARTIAL_CREDIT)
+        if isinstance(request.auth, ApiKey):
+            wanted = filters.get("project", request.auth.project_id)
+            # A key reaches its own project only; asking for another finds nothing.
+            filters["project"] = wanted if wanted == request.auth.project_id else -1
         runs = selectors.run_list(user=request.user, **filters)
         lines = trajectory_lines(runs=runs, partial_credit=partial_credit)
         response = StreamingHttpResponse(
