@@ -101,6 +101,18 @@ async def _over_rate_limit(key_id: int) -> bool:
     return count > settings.CONDUCTOR_API_RATE_LIMIT
 
 
+@csrf_exempt
+async def unknown_route(request: HttpRequest) -> HttpResponse:
+    """Any other /v1 path (embeddings, completions, ...): a 404 in OpenAI's shape."""
+    return protocol.error_response(
+        404,
+        f"{request.path} is not served here: this server offers /v1/chat/completions and "
+        "/v1/models.",
+        type="invalid_request_error",
+        code="unknown_url",
+    )
+
+
 def _method_not_allowed(method: str) -> JsonResponse:
     return protocol.error_response(
         405, f"Use {method} here.", type="invalid_request_error", code="method_not_allowed"

@@ -263,3 +263,10 @@ def test_a_body_that_is_not_json_or_too_deep_or_too_big_is_400(v1):
         response = httpx.post(f"{v1.base_url}/chat/completions", content=body, headers=headers)
         assert response.status_code == 400, response.text[:200]
         assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_other_openai_routes_answer_404_in_openais_shape(v1):
+    with pytest.raises(openai.NotFoundError) as error:
+        client(v1).embeddings.create(model=DEMO_MODEL, input="hello")
+    assert error.value.code == "unknown_url"
+    assert "/v1/chat/completions" in error.value.message
