@@ -32,7 +32,6 @@ from orchestrator.services.chat import (
     ModelNotFound,
     chat_run_create,
     model_ids,
-    parse_model_name,
 )
 from webui.openai import protocol
 
@@ -263,7 +262,7 @@ def _header_int(request: HttpRequest, name: str) -> int | None:
     raw = request.headers.get(name)
     if raw is None or raw == "":
         return None
-    if not raw.strip().isdigit():
+    if not raw.strip().isdigit() or len(raw.strip()) > 18:
         raise _Refused(_bad_request(f"The {name} header must be a whole number."))
     return int(raw.strip())
 
@@ -289,7 +288,6 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
         depth = _header_int(request, DEPTH_HEADER) or 0
         step = _header_int(request, STEP_HEADER)
         try:
-            parse_model_name(chat.model)
             run = await sync_to_async(chat_run_create)(
                 api_key=api_key,
                 model=chat.model,
@@ -313,7 +311,13 @@ async def chat_completions(request: HttpRequest) -> HttpResponse:
             field, messages = next(
                 iter(getattr(error, "message_dict", {"": error.messages}).items())
             )
-            param = "messages" if field == "input" else (field or None)
+            # The model name chose the pool, strategy and options: a problem there is the model's.
+            param = {
+                "input": "messages",
+                "strategy": "model",
+                "strategy_options": "model",
+                "pool": "model",
+            }.get(field, field or None)
             raise _Refused(_bad_request(" ".join(messages), param=param)) from None
     except _Refused as refused:
         return refused.response

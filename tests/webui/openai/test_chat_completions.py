@@ -208,6 +208,7 @@ def test_an_unknown_model_or_another_projects_pool_is_404(v1):
         ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "assistant", "content": "hi"}]}, "messages"),
+        ({"model": f"{DEMO_MODEL}:single:40"}, "model"),
     ],
 )
 def test_a_request_that_cannot_be_served_is_400_naming_the_parameter(v1, extra, param):
@@ -263,6 +264,13 @@ def test_a_body_that_is_not_json_or_too_deep_or_too_big_is_400(v1):
         response = httpx.post(f"{v1.base_url}/chat/completions", content=body, headers=headers)
         assert response.status_code == 400, response.text[:200]
         assert response.json()["error"]["type"] == "invalid_request_error"
+    for header in ("X-Conductor-Step", "X-Conductor-Depth"):
+        response = httpx.post(
+            f"{v1.base_url}/chat/completions",
+            json={"model": DEMO_MODEL, "messages": [{"role": "user", "content": "Hi"}]},
+            headers={**headers, header: "9" * 40},
+        )
+        assert response.status_code == 400, response.text[:200]
 
 
 def test_other_openai_routes_answer_404_in_openais_shape(v1):
