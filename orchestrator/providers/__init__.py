@@ -71,13 +71,16 @@ class WorkerDefinition(Protocol):
     def api_key_env(self) -> str: ...
 
 
-def worker_info(worker: WorkerDefinition) -> WorkerInfo:
-    """The engine's view of ``worker``: its name, model, description and a client for it."""
+def worker_info(
+    worker: WorkerDefinition, *, extra_params: Mapping[str, Any] | None = None
+) -> WorkerInfo:
+    """The engine's view of ``worker``: its name, model, description and a client for it, called
+    with the worker's parameters overridden by ``extra_params``."""
     client = make_client(
         worker.model,
         api_base=worker.api_base,
         api_key_env=worker.api_key_env,
-        params=dict(worker.params or {}),
+        params={**dict(worker.params or {}), **dict(extra_params or {})},
         price_in=worker.price_in,
         price_out=worker.price_out,
     )
