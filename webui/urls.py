@@ -9,3 +9,6 @@ urlpatterns = [
     path("api/", include("webui.api.urls")),
     path("", include("webui.page_urls")),
 ]
+
+# A busy database met outside a view answers 503, like one met inside (webui/middleware.py).
+handler500 = "webui.middleware.server_error"

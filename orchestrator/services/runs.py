@@ -114,8 +114,10 @@ def run_create(
             from orchestrator.services.execution import run_enqueue
 
             run_id = run.pk
-            transaction.on_commit(lambda: run_enqueue(run_id=run_id))
-    run.refresh_from_db(fields=["last_seq"])
+            # robust: a broker that is away does not turn a stored run into an error; the run
+            # stays queued and the workers' sweep enqueues it again (orchestrator/tasks.py).
+            transaction.on_commit(lambda: run_enqueue(run_id=run_id), robust=True)
+        run.refresh_from_db(fields=["last_seq"])
     return run
 
 
