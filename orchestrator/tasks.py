@@ -155,7 +155,7 @@ def run_execute_task(self: Task, run_id: int) -> None:
         return
     redis_url = settings.REDIS_URL
     if not redis_url:  # an in-process broker (tests, eager mode): there is no second worker
-        run_execute(run_id=run_id)
+        run_execute(run_id=run_id, resumable=True)
         return
     lease_seconds = settings.CONDUCTOR_RUN_LEASE_SECONDS
     lease = RunLease(run_id, redis_url=redis_url, seconds=lease_seconds)
@@ -165,7 +165,7 @@ def run_execute_task(self: Task, run_id: int) -> None:
         log.info("run %s is being executed elsewhere; checking again in %ss", run_id, lease_seconds)
         raise self.retry(countdown=lease_seconds)
     with lease:
-        run_execute(run_id=run_id)
+        run_execute(run_id=run_id, resumable=True)
 
 
 @shared_task(name="orchestrator.tasks.runs_requeue_stale_task", ignore_result=True)

@@ -10,7 +10,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from orchestrator import events
@@ -181,24 +181,30 @@ class _Execution:
         return {field: getattr(self.run, field) for field in TOTAL_FIELDS}
 
 
-def run_execute(*, run_id: int) -> None:
+def run_execute(*, run_id: int, resumable: bool = False) -> None:
     """Execute a run to its end, from sync code (a Celery task, the CLI).
 
+    ``resumable``: see ``run_execute_async``.
     Runs ``run_execute_async`` on a fresh event loop; its database work comes back to the
     calling thread, so it uses this thread's connection (and transaction, in tests).
     Must not be called from a thread that runs an event loop.
     """
-    async_to_sync(run_execute_async)(run_id=run_id)
+    async_to_sync(run_execute_async)(run_id=run_id, resumable=resumable)
 
 
-async def run_execute_async(*, run_id: int, observer: RunObserver | None = None) -> None:
+async def run_execute_async(
+    *, run_id: int, observer: RunObserver | None = None, resumable: bool = False
+) -> None:
     """Execute a run: plan, call the workers, store every step and publish its events.
 
     A finished run is not executed again. A run executed before (a worker died mid-run) resumes:
     its stored plans are not made again and its succeeded steps are never sent to their model
     again. ``observer`` hears every callback after it is stored (the CLI prints from it).
     Model failures end the run as failed with the engine's error. Any other exception marks the
-    run failed with a short error and propagates; a cancelled run stops quietly.
+    run failed with a short error and propagates; a cancelled run stops quietly. With
+    ``resumable`` (the caller executes the run again later: the Celery task retries), a database
+    that is away or full is not the run's fault: the error propagates and the run is left as it
+    is, to be resumed.
     """
     execution = await sync_to_async(_load_execution)(run_id=run_id)
     if execution is None:
@@ -231,6 +237,10 @@ async def run_execute_async(*, run_id: int, observer: RunObserver | None = None)
         )
     except RunCancelled:
         logger.info("run %s was cancelled; execution stopped", run_id)
+    except (OperationalError, InterfaceError) as error:
+        if not resumable:
+            await sync_to_async(record_run_failed)(run_id=run_id, error=short_error(error))
+        raise
     except Exception as error:
         await sync_to_async(record_run_failed)(run_id=run_id, error=short_error(error))
         raise
