@@ -194,7 +194,9 @@ if CONDUCTOR_RUN_LEASE_SECONDS >= CONDUCTOR_VISIBILITY_TIMEOUT:
 # --- Lost runs -----------------------------------------------------------------------------------
 # A run still queued this long after its creation is handed to Celery again (its message was
 # lost); Celery workers look for such runs every CONDUCTOR_SWEEP_INTERVAL_SECONDS (0: never).
-CONDUCTOR_QUEUED_DEADLINE_SECONDS = float(os.environ.get("CONDUCTOR_QUEUED_DEADLINE_SECONDS", "300"))
+CONDUCTOR_QUEUED_DEADLINE_SECONDS = float(
+    os.environ.get("CONDUCTOR_QUEUED_DEADLINE_SECONDS", "300")
+)
 CONDUCTOR_SWEEP_INTERVAL_SECONDS = float(os.environ.get("CONDUCTOR_SWEEP_INTERVAL_SECONDS", "60"))
 # --- end of lost runs ----------------------------------------------------------------------------
 

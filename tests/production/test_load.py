@@ -10,6 +10,7 @@ every event of every run, in order, and the API answers the same on both.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import httpx
@@ -26,6 +27,7 @@ from orchestrator.services.pools import pool_sync_from_data, project_get_or_crea
 from tests.factories import make_member
 from tests.production.conftest import test_database_url as database_url_for_tests
 from tests.production.connections import WEB_APP_NAME, WORKER_APP_NAME, ConnectionSampler
+from tests.production.test_celery_path import stored_events
 
 pytestmark = [pytest.mark.production, pytest.mark.django_db(transaction=True)]
 
@@ -189,10 +191,85 @@ def wait_for_blocked_web_connections(database: str, count: int, timeout: float =
         WHERE datname = %s AND application_name = %s AND wait_event_type = 'Lock'
     """
     deadline = time.monotonic() + timeout
-    with psycopg.connect(database_url_for_tests(), autocommit=True) as watcher, watcher.cursor() as cursor:
+    with psycopg.connect(database_url_for_tests(), autocommit=True) as watcher:
         while time.monotonic() < deadline:
-            cursor.execute(query, [database, WEB_APP_NAME])
-            if cursor.fetchone()[0] >= count:
+            if watcher.execute(query, [database, WEB_APP_NAME]).fetchone()[0] >= count:
                 return
             time.sleep(0.05)
     raise AssertionError(f"{count} web connections never blocked on the lock")
+
+
+def test_two_web_processes_and_two_workers_serve_the_same_users(
+    start_daphne, start_celery_worker
+):
+    import aiohttp
+
+    stack = Stack(latency=0.1)
+    servers = [start_daphne(), start_daphne()]
+    runs_per_server = 3
+
+    async def create(session: aiohttp.ClientSession, server, number: int) -> int:
+        payload = {"input": QUESTIONS[number % 3], "pool": stack.pool.pk}
+        async with session.post(
+            f"{server.url}/api/runs/", json=payload, headers=stack.headers
+        ) as answer:
+            assert answer.status == 201, await answer.text()
+            return (await answer.json())["id"]
+
+    async def scenario() -> tuple[list[int], list[tuple[int, str, list[dict]]]]:
+        async with aiohttp.ClientSession() as session:
+            # Runs created on both processes wait in the queue: no worker is up yet.
+            run_ids = [
+                await create(session, servers[number % 2], number)
+                for number in range(runs_per_server * len(servers))
+            ]
+            sockets = []
+            for run_id in run_ids:
+                for server in servers:
+                    socket = await session.ws_connect(
+                        f"{server.ws_url}/ws/runs/{run_id}/",
+                        headers={"Cookie": f"sessionid={stack.session}", "Origin": server.url},
+                    )
+                    snapshot = await socket.receive_json(timeout=30)
+                    assert snapshot["type"] == events.SNAPSHOT and snapshot["seq"] == 1
+                    sockets.append((run_id, server.url, socket))
+            # Every socket listens; now two workers (on neither web process) execute the runs,
+            # so every later event reaches every socket through channels_redis.
+            await asyncio.to_thread(start_celery_worker)
+            await asyncio.to_thread(start_celery_worker)
+
+            async def listen(run_id: int, url: str, socket) -> tuple[int, str, list[dict]]:
+                live: list[dict] = []
+                while not live or live[-1]["type"] != events.RUN_FINISHED:
+                    live.append(await socket.receive_json(timeout=RUN_TIMEOUT))
+                await socket.close()
+                return run_id, url, live
+
+            heard = await asyncio.gather(*(listen(*entry) for entry in sockets))
+        return run_ids, heard
+
+    run_ids, heard = asyncio.run(scenario())
+
+    runs = {run.pk: run for run in Run.objects.filter(pk__in=run_ids)}
+    assert all(run.status == Run.Status.SUCCEEDED for run in runs.values())
+    assert len(heard) == len(run_ids) * len(servers)
+    for run_id, url, live in heard:
+        # Everything after the snapshot (seq 1, queued), in order, as stored.
+        assert [event["seq"] for event in live] == list(range(2, runs[run_id].last_seq + 1)), url
+        assert live == stored_events(run_id)[1:], url
+
+    async def read_both(path: str) -> list[object]:
+        async with httpx.AsyncClient(headers=stack.headers, timeout=30) as http:
+            answers = [await http.get(server.url + path) for server in servers]
+        assert all(answer.status_code == 200 for answer in answers)
+        # Links are absolute, to the process that answered; everything else must be equal.
+        return [
+            json.loads(answer.text.replace(server.url, "http://server"))
+            for server, answer in zip(servers, answers, strict=True)
+        ]
+
+    for path in ["/api/runs/", *(f"/api/runs/{run_id}/" for run_id in run_ids)]:
+        first, second = asyncio.run(read_both(path))
+        assert first == second, path
+    listed = asyncio.run(read_both("/api/runs/"))[0]["results"]
+    assert {run["id"] for run in listed} == set(run_ids)
