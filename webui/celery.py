@@ -3,7 +3,7 @@
 Two things happen in every worker, so a deployment has nothing more to run or remember:
 
 - The database pool is turned off when the worker starts: a worker process runs one task at a
-  time and Celery closes its connection around each task, so it holds one connection at most.
+  time and keeps one connection, so it holds one connection at most.
 - The worker sweeps for runs left ``queued`` past ``CONDUCTOR_QUEUED_DEADLINE_SECONDS`` (their
   message was lost: Redis down when the run was created, a web process killed between commit
   and enqueue) and hands them to Celery again. Every worker ticks every
@@ -28,12 +28,30 @@ SWEEP_LOCK_KEY_PREFIX = "conductor:sweep-lock:"
 
 
 @signals.celeryd_init.connect
-def one_connection_per_worker_process(**kwargs) -> None:
-    """Turn the web processes' connection pool off in a worker, before it connects anywhere."""
+def one_connection_per_worker_process(conf, **kwargs) -> None:
+    """In a worker, before it connects anywhere: no pool, one persistent connection per process.
+
+    Celery would close the connection after every task (a new PostgreSQL backend per run, and
+    for a moment two per process while the old one exits); instead each task starts and ends
+    like a request: a connection that failed or is unusable is closed, a healthy one is kept.
+    """
     from django.conf import settings
 
     for database in settings.DATABASES.values():
         database.get("OPTIONS", {}).pop("pool", None)
+        database["CONN_MAX_AGE"] = None
+        database["CONN_HEALTH_CHECKS"] = True
+    # Read by Celery's Django fixup when the worker initialises (after this signal): close the
+    # connections only every 2**30 tasks, that is, leave it to the handlers below.
+    conf["CELERY_DB_REUSE_MAX"] = 2**30
+    signals.task_prerun.connect(_close_unusable_connections, weak=False)
+    signals.task_postrun.connect(_close_unusable_connections, weak=False)
+
+
+def _close_unusable_connections(**kwargs) -> None:
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 class QueuedRunSweep(bootsteps.StartStopStep):

@@ -26,7 +26,8 @@ GROUP BY 1
 class ConnectionSampler:
     """Samples the connections to ``database`` every ``interval`` seconds on a thread of its own
     (with a connection of its own, not counted); ``peak`` holds the highest count per
-    application name, ``peak_total`` the highest sum over all of them."""
+    application name, ``peak_app`` the highest sum of the web servers' and the workers',
+    ``peak_total`` the highest sum over every connection to the database."""
 
     def __init__(self, *, conninfo: str, database: str, interval: float = 0.05) -> None:
         self.conninfo = conninfo
@@ -34,6 +35,7 @@ class ConnectionSampler:
         self.interval = interval
         self.peak: Counter[str] = Counter()
         self.peak_total = 0
+        self.peak_app = 0
         self.samples = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -45,6 +47,8 @@ class ConnectionSampler:
         for name, count in counts.items():
             self.peak[name] = max(self.peak[name], count)
         self.peak_total = max(self.peak_total, sum(counts.values()))
+        app = counts.get(WEB_APP_NAME, 0) + counts.get(WORKER_APP_NAME, 0)
+        self.peak_app = max(self.peak_app, app)
         self.samples += 1
         return counts
 

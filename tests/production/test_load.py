@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 
 import httpx
 import psycopg
@@ -67,13 +68,16 @@ def test_fifty_concurrent_api_clients_get_answers_within_the_connection_bound(
 ):
     stack = Stack(latency=0.01)
     pool_size, concurrency = 4, 2
+    # Names of this test's own, so that nothing left by an earlier test is counted.
+    suffix = uuid.uuid4().hex[:8]
+    web, workers = f"{WEB_APP_NAME}-{suffix}", f"{WORKER_APP_NAME}-{suffix}"
     server = start_daphne(
-        PGAPPNAME=WEB_APP_NAME,
+        PGAPPNAME=web,
         CONDUCTOR_DB_POOL_MIN_SIZE="1",
         CONDUCTOR_DB_POOL_MAX_SIZE=str(pool_size),
         CONDUCTOR_DB_POOL_TIMEOUT="30",
     )
-    start_celery_worker(concurrency=concurrency, PGAPPNAME=WORKER_APP_NAME)
+    start_celery_worker(concurrency=concurrency, PGAPPNAME=workers)
     statuses: list[tuple[str, int]] = []
     created: list[int] = []
 
@@ -125,15 +129,16 @@ def test_fifty_concurrent_api_clients_get_answers_within_the_connection_bound(
     assert all(run.status == Run.Status.SUCCEEDED for run in runs), {r.status for r in runs}
     # Within the bound the README gives: web processes x pool size + Celery concurrency.
     assert sampler.samples > 20
-    assert 1 <= sampler.peak[WEB_APP_NAME] <= pool_size, sampler.peak
-    assert 1 <= sampler.peak[WORKER_APP_NAME] <= concurrency, sampler.peak
+    assert 1 <= sampler.peak[web] <= pool_size, sampler.peak
+    assert 1 <= sampler.peak[workers] <= concurrency, sampler.peak
     assert "Traceback" not in server.log()
 
 
 def test_an_exhausted_pool_answers_503_with_retry_after_then_recovers(start_daphne):
     stack = Stack(latency=0)
+    web = f"{WEB_APP_NAME}-{uuid.uuid4().hex[:8]}"
     server = start_daphne(
-        PGAPPNAME=WEB_APP_NAME,
+        PGAPPNAME=web,
         CONDUCTOR_DB_POOL_MIN_SIZE="1",
         CONDUCTOR_DB_POOL_MAX_SIZE="2",
         CONDUCTOR_DB_POOL_TIMEOUT="1",
@@ -147,7 +152,7 @@ def test_an_exhausted_pool_answers_503_with_retry_after_then_recovers(start_daph
         ) as http:
             # Two slow requests take both pooled connections: the runs table is locked.
             holders = [asyncio.create_task(http.get("/api/runs/")) for _ in range(2)]
-            await asyncio.to_thread(wait_for_blocked_web_connections, database, 2)
+            await asyncio.to_thread(wait_for_blocked_connections, database, web, 2)
             # Everyone else waits one pool timeout, then is told to come back.
             api_refused = await asyncio.gather(*(http.get("/api/runs/") for _ in range(4)))
             page_refused = await http.get("/", headers={"Cookie": f"sessionid={stack.session}"})
@@ -180,12 +185,14 @@ def test_an_exhausted_pool_answers_503_with_retry_after_then_recovers(start_daph
     assert "busy" in page.text and "Traceback" not in page.text
     assert [r.status_code for r in responses["held"]] == [200, 200]
     assert [r.status_code for r in responses["after"]] == [200] * 7
-    assert sampler.peak[WEB_APP_NAME] <= 2, sampler.peak
+    assert sampler.peak[web] <= 2, sampler.peak
     assert "Traceback" not in server.log()
 
 
-def wait_for_blocked_web_connections(database: str, count: int, timeout: float = 20) -> None:
-    """Until ``count`` of the web server's connections wait on a lock."""
+def wait_for_blocked_connections(
+    database: str, application: str, count: int, timeout: float = 20
+) -> None:
+    """Until ``count`` connections of ``application`` wait on a lock."""
     query = """
         SELECT count(*) FROM pg_stat_activity
         WHERE datname = %s AND application_name = %s AND wait_event_type = 'Lock'
@@ -193,10 +200,10 @@ def wait_for_blocked_web_connections(database: str, count: int, timeout: float =
     deadline = time.monotonic() + timeout
     with psycopg.connect(database_url_for_tests(), autocommit=True) as watcher:
         while time.monotonic() < deadline:
-            if watcher.execute(query, [database, WEB_APP_NAME]).fetchone()[0] >= count:
+            if watcher.execute(query, [database, application]).fetchone()[0] >= count:
                 return
             time.sleep(0.05)
-    raise AssertionError(f"{count} web connections never blocked on the lock")
+    raise AssertionError(f"{count} connections of {application} never blocked on the lock")
 
 
 def test_two_web_processes_and_two_workers_serve_the_same_users(
