@@ -4,27 +4,30 @@ websocket viewers, with one and then two Daphne processes.
 Method: a scratch PostgreSQL database (created and dropped here), Redis as broker and channel
 layer, two ``celery worker -c 4`` processes on a queue of their own, and one, then two, Daphne
 processes on free ports of 127.0.0.1, each with the default connection pool
-(``CONDUCTOR_DB_POOL_MAX_SIZE``, 10). The demo pool answers after LATENCY seconds per model call,
-so a run takes about a second and viewers watch it unfold. Before the steps, WARMUP_RUNS runs are
+(``CONDUCTOR_DB_POOL_MAX_SIZE``, 10). The demo pool answers after LATENCY (0.5 s) per model call,
+so a run takes a few seconds and viewers watch it unfold. Before the steps, WARMUP_RUNS runs are
 created and finished (targets for detail and graph).
 
-Each step lasts STEP_SECONDS. Every API client is a loop in this process (aiohttp, one
-connection each, spread evenly over the Daphne processes): it sends one request, waits for the
-answer, thinks THINK_SECONDS (1 s, uniformly 0.5x to 1.5x), and goes on; requests are drawn from the
-MIX (list, filtered list, detail, graph, create). Every viewer opens a run page's websocket on one
-of the processes (one of the five newest runs), reads until ``run.finished``, pauses about
-VIEWER_PAUSE_SECONDS, and opens one of the newest runs again; live-event latency is its clock when a ``step.finished`` arrives minus the
-step's ``finished_at`` (written by the worker; one machine, one clock). An error is any answer
-that is not 2xx, or a request that fails or takes over REQUEST_TIMEOUT. After a step, the runs it
-created are given DRAIN_SECONDS to finish; created and finished are counted. PostgreSQL
-connections are sampled from ``pg_stat_activity`` every 50 ms during the step and the drain.
+Each step lasts STEP_SECONDS. Every API client is a loop in this process (aiohttp, one connection
+each, spread evenly over the Daphne processes): it sends one request, waits for the answer, thinks
+THINK_SECONDS (1 s, uniformly 0.5x to 1.5x), and goes on; requests are drawn from MIX (list,
+filtered list, detail, graph, create). Every viewer opens the websocket of one of the three newest
+runs on one of the processes, reads until ``run.finished``, pauses about VIEWER_PAUSE_SECONDS, and
+opens a newest run again. Live-event latency is the viewer's clock when a ``step.finished``
+arrives minus the step's ``finished_at`` (written by the worker; one machine, one clock). An error
+is any answer that is not 2xx, or a request that fails or takes over REQUEST_TIMEOUT. After a
+step, the runs it created get DRAIN_SECONDS to finish; created and finished are counted.
+PostgreSQL connections are sampled from ``pg_stat_activity`` every 50 ms during the step and the
+drain, per process kind (``PGAPPNAME``).
 
 Everything (clients, viewers, servers, workers, PostgreSQL, Redis) shares this machine's cores,
 so the figures include the load generator's own scheduling; the 1-minute load average is printed.
 
 Run from the repository root: ``python -m bench.load``. ``BENCH_LOAD_STEP_SECONDS`` changes the
-step length (default 45); ``BENCH_DATABASE_URL`` / ``BENCH_REDIS_URL`` the services. Skips (with a
-JSON line saying so) when PostgreSQL or Redis does not answer. Ends with one JSON line.
+step length (default 60), ``BENCH_LOAD_CLIENTS``, ``BENCH_LOAD_DAPHNES`` and
+``BENCH_LOAD_VIEWERS`` the steps (defaults 10,50,100; 1,2; 200); ``BENCH_DATABASE_URL`` /
+``BENCH_REDIS_URL`` the services. Skips (with a JSON line saying so) when PostgreSQL or Redis does
+not answer. Ends with one JSON line.
 """
 
 from __future__ import annotations
@@ -50,16 +53,16 @@ ADMIN_DATABASE_URL = os.environ.get(
     "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"
 )
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
-STEP_SECONDS = float(os.environ.get("BENCH_LOAD_STEP_SECONDS", "45"))
-CLIENT_STEPS = (10, 50, 100)
-DAPHNE_PROCESSES = (1, 2)
-VIEWERS = 200
+STEP_SECONDS = float(os.environ.get("BENCH_LOAD_STEP_SECONDS", "60"))
+CLIENT_STEPS = tuple(int(n) for n in os.environ.get("BENCH_LOAD_CLIENTS", "10,50,100").split(","))
+DAPHNE_PROCESSES = tuple(int(n) for n in os.environ.get("BENCH_LOAD_DAPHNES", "1,2").split(","))
+VIEWERS = int(os.environ.get("BENCH_LOAD_VIEWERS", "200"))
 WORKERS = 2
 WORKER_CONCURRENCY = 4
 POOL_MAX_SIZE = 10
 LATENCY = 0.5
 THINK_SECONDS = 1.0
-VIEWER_PAUSE_SECONDS = 3.0
+VIEWER_PAUSE_SECONDS = 5.0
 REQUEST_TIMEOUT = 30.0
 DRAIN_SECONDS = 180.0
 WARMUP_RUNS = 20
@@ -134,7 +137,13 @@ class StepRecord:
     created: list[int] = field(default_factory=list)
     live_ms: list[float] = field(default_factory=list)
     viewer_errors: int = 0
+    viewer_error_examples: list[str] = field(default_factory=list)
     runs_watched: int = 0
+
+    def viewer_error(self, text: str) -> None:
+        self.viewer_errors += 1
+        if len(self.viewer_error_examples) < 5:
+            self.viewer_error_examples.append(text[:300])
 
     def error(self, label: str, text: str) -> None:
         self.errors[label] = self.errors.get(label, 0) + 1
@@ -187,32 +196,25 @@ async def api_client(
             await asyncio.sleep(THINK_SECONDS * rng.uniform(0.5, 1.5))
 
 
-async def viewer(
-    number: int, server: DaphneProcess, users: Users, record: StepRecord, stop: asyncio.Event
-) -> None:
+async def viewer(number: int, server: DaphneProcess, users: Users, record: StepRecord) -> None:
+    """Watches one of the newest runs to its end, pauses, and again; cancelled at the end."""
     import aiohttp
 
     rng = random.Random(10_000 + number)
     headers = {"Cookie": f"sessionid={users.session}", "Origin": server.url}
     async with aiohttp.ClientSession() as http:
         await asyncio.sleep(rng.uniform(0, VIEWER_PAUSE_SECONDS))
-        while not stop.is_set():
+        while True:
             if not record.created:
                 await asyncio.sleep(0.2)
                 continue
-            run_id = rng.choice(record.created[-5:])  # one of the newest runs
+            run_id = rng.choice(record.created[-3:])  # one of the newest runs
             try:
                 async with http.ws_connect(
-                    f"{server.ws_url}/ws/runs/{run_id}/", headers=headers, timeout=30
+                    f"{server.ws_url}/ws/runs/{run_id}/", headers=headers
                 ) as socket:
                     record.runs_watched += 1
-                    while not stop.is_set():
-                        try:
-                            message = await socket.receive(timeout=1.0)
-                        except asyncio.TimeoutError:
-                            continue
-                        if message.type != aiohttp.WSMsgType.TEXT:
-                            break
+                    async for message in socket:
                         received = time.time()
                         event = json.loads(message.data)
                         if event["type"] == "step.finished":
@@ -223,8 +225,8 @@ async def viewer(
                             and event["state"]["run"]["status"] in FINISHED_STATUSES
                         ):
                             break
-            except (aiohttp.ClientError, asyncio.TimeoutError, KeyError):
-                record.viewer_errors += 1
+            except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+                record.viewer_error(repr(error))
             await asyncio.sleep(VIEWER_PAUSE_SECONDS * rng.uniform(0.5, 1.5))
 
 
@@ -233,18 +235,22 @@ async def drive(
 ) -> float:
     """Clients and viewers for STEP_SECONDS; returns the seconds measured."""
     stop = asyncio.Event()
-    tasks = [
+    clients_tasks = [
         asyncio.create_task(api_client(n, servers[n % len(servers)].url, users, record, stop))
         for n in range(clients)
-    ] + [
-        asyncio.create_task(viewer(n, servers[n % len(servers)], users, record, stop))
+    ]
+    viewer_tasks = [
+        asyncio.create_task(viewer(n, servers[n % len(servers)], users, record))
         for n in range(VIEWERS)
     ]
     started = time.perf_counter()
     await asyncio.sleep(STEP_SECONDS)
     stop.set()
     seconds = time.perf_counter() - started
-    await asyncio.wait_for(asyncio.gather(*tasks), REQUEST_TIMEOUT + 10)
+    for task in viewer_tasks:
+        task.cancel()
+    await asyncio.gather(*viewer_tasks, return_exceptions=True)
+    await asyncio.wait_for(asyncio.gather(*clients_tasks), REQUEST_TIMEOUT + 10)
     return seconds
 
 
@@ -331,6 +337,7 @@ def measure_step(
         "runs_finished": finished,
         "runs_watched": record.runs_watched,
         "viewer_errors": record.viewer_errors,
+        "viewer_error_examples": record.viewer_error_examples,
         "live_event_latency": latency_summary(record.live_ms),
         "load_average_1min": round(os.getloadavg()[0], 2),
     }
@@ -435,10 +442,10 @@ def main() -> None:
         client.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
         client.close()
 
-    one_daphne_50 = next(
-        r for r in results if r["daphne_processes"] == 1 and r["clients"] == 50
+    one_daphne_50 = [r for r in results if r["daphne_processes"] == 1 and r["clients"] == 50]
+    list_p95_50 = (
+        one_daphne_50[0]["endpoints"].get("list", {}).get("p95_ms") if one_daphne_50 else None
     )
-    list_p95_50 = one_daphne_50["endpoints"].get("list", {}).get("p95_ms")
     summary = {
         "benchmark": "load",
         "step_seconds": STEP_SECONDS,
@@ -456,7 +463,7 @@ def main() -> None:
             {
                 key: value
                 for key, value in r.items()
-                if key not in ("error_examples",) or r["errors"]
+                if key not in ("error_examples", "viewer_error_examples") or r[key]
             }
             for r in results
         ],
