@@ -28,7 +28,7 @@ SWEEP_LOCK_KEY_PREFIX = "conductor:sweep-lock:"
 
 
 @signals.celeryd_init.connect
-def one_connection_per_worker_process(conf, **kwargs) -> None:
+def one_connection_per_worker_process(**kwargs) -> None:
     """In a worker, before it connects anywhere: no pool, one persistent connection per process.
 
     Celery would close the connection after every task (a new PostgreSQL backend per run, and
@@ -41,9 +41,7 @@ def one_connection_per_worker_process(conf, **kwargs) -> None:
         database.get("OPTIONS", {}).pop("pool", None)
         database["CONN_MAX_AGE"] = None
         database["CONN_HEALTH_CHECKS"] = True
-    # Read by Celery's Django fixup when the worker initialises (after this signal): close the
-    # connections only every 2**30 tasks, that is, leave it to the handlers below.
-    conf["CELERY_DB_REUSE_MAX"] = 2**30
+    # Celery's own closing is put off by CELERY_DB_REUSE_MAX (settings.py).
     signals.task_prerun.connect(_close_unusable_connections, weak=False)
     signals.task_postrun.connect(_close_unusable_connections, weak=False)
 

@@ -138,6 +138,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "max_size": CONDUCTOR_DB_POOL_MAX_SIZE,
             "timeout": CONDUCTOR_DB_POOL_TIMEOUT,
         }
+    # A Celery worker keeps its one connection across tasks and closes it only when it failed
+    # (webui/celery.py); Celery's Django fixup would close it after every task (a new
+    # PostgreSQL backend per run). It closes connections only every 2 x this many tasks.
+    CELERY_DB_REUSE_MAX = 2**30
     # Behind PgBouncer in transaction mode a server-side cursor cannot outlive its transaction.
     if env_flag("CONDUCTOR_DB_TRANSACTION_POOLER"):
         DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
