@@ -126,7 +126,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # worker process holds one connection at most. A deployment needs at most
 # web processes x CONDUCTOR_DB_POOL_MAX_SIZE + total Celery concurrency connections (README).
 CONDUCTOR_DB_POOL_MIN_SIZE = int(os.environ.get("CONDUCTOR_DB_POOL_MIN_SIZE", "2"))
-CONDUCTOR_DB_POOL_MAX_SIZE = int(os.environ.get("CONDUCTOR_DB_POOL_MAX_SIZE", "10"))
+# Small on purpose: a Daphne process runs Python on one core at a time, so more connections add
+# threads that contend with the event loop (which carries the websockets), not throughput.
+CONDUCTOR_DB_POOL_MAX_SIZE = int(os.environ.get("CONDUCTOR_DB_POOL_MAX_SIZE", "4"))
 CONDUCTOR_DB_POOL_TIMEOUT = float(os.environ.get("CONDUCTOR_DB_POOL_TIMEOUT", "10"))
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     if CONDUCTOR_DB_POOL_MAX_SIZE > 0:
