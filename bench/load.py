@@ -4,9 +4,9 @@ websocket viewers, with one and then two Daphne processes.
 Method: a scratch PostgreSQL database (created and dropped here), Redis as broker and channel
 layer, two ``celery worker -c 4`` processes on a queue of their own, and one, then two, Daphne
 processes on free ports of 127.0.0.1, each with the default connection pool
-(``CONDUCTOR_DB_POOL_MAX_SIZE``, 4; ``BENCH_LOAD_POOL_SIZE`` changes it). The demo pool answers after LATENCY (0.5 s) per model call,
-so a run takes a few seconds and viewers watch it unfold. Before the steps, WARMUP_RUNS runs are
-created and finished (targets for detail and graph).
+(``CONDUCTOR_DB_POOL_MAX_SIZE``, 4; ``BENCH_LOAD_POOL_SIZE`` changes it). The demo pool answers
+after LATENCY (1 s) per model call, so a run takes several seconds and viewers watch it unfold.
+Before the steps, WARMUP_RUNS runs are created and finished (targets for detail and graph).
 
 Each step lasts STEP_SECONDS. Every API client is a loop in this process (aiohttp, one connection
 each, spread evenly over the Daphne processes): it sends one request, waits for the answer, thinks
@@ -60,7 +60,7 @@ VIEWERS = int(os.environ.get("BENCH_LOAD_VIEWERS", "200"))
 WORKERS = 2
 WORKER_CONCURRENCY = 4
 POOL_MAX_SIZE = int(os.environ.get("BENCH_LOAD_POOL_SIZE", "4"))
-LATENCY = 0.5
+LATENCY = 1.0
 THINK_SECONDS = 1.0
 VIEWER_PAUSE_SECONDS = 5.0
 REQUEST_TIMEOUT = 30.0
