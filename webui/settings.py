@@ -129,7 +129,8 @@ CONDUCTOR_DB_POOL_MIN_SIZE = int(os.environ.get("CONDUCTOR_DB_POOL_MIN_SIZE", "2
 # Small on purpose: a Daphne process runs Python on one core at a time, so more connections add
 # threads that contend with the event loop (which carries the websockets), not throughput.
 CONDUCTOR_DB_POOL_MAX_SIZE = int(os.environ.get("CONDUCTOR_DB_POOL_MAX_SIZE", "4"))
-CONDUCTOR_DB_POOL_TIMEOUT = float(os.environ.get("CONDUCTOR_DB_POOL_TIMEOUT", "10"))
+# Long enough that an overloaded server answers slowly before it refuses (psycopg's default).
+CONDUCTOR_DB_POOL_TIMEOUT = float(os.environ.get("CONDUCTOR_DB_POOL_TIMEOUT", "30"))
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     if CONDUCTOR_DB_POOL_MAX_SIZE > 0:
         # With a pool, health checks make the pool check a connection before handing it out: one
