@@ -126,14 +126,14 @@ def test_a_delivery_that_finds_the_lease_held_elsewhere_neither_runs_nor_waits(
 
 def test_a_lease_is_exclusive_renewed_while_held_and_free_once_released(with_redis):
     run_id = 10**12 + uuid.uuid4().int % 10**6  # no run of another test has this id
-    first = RunLease(run_id, redis_url=REDIS_URL, seconds=0.3)
-    second = RunLease(run_id, redis_url=REDIS_URL, seconds=0.3)
+    first = RunLease(run_id, redis_url=REDIS_URL, seconds=1)
+    second = RunLease(run_id, redis_url=REDIS_URL, seconds=1)
     assert first.acquire()
     try:
         assert not second.acquire()
         # Held past its own length: the heartbeat keeps renewing it.
         assert with_redis.pttl(first.key) > 0
-        time.sleep(0.6)
+        time.sleep(2.5)
         assert not second.acquire()
     finally:
         first.release()
@@ -144,13 +144,13 @@ def test_a_lease_is_exclusive_renewed_while_held_and_free_once_released(with_red
 
 def test_a_lease_whose_holder_stopped_renewing_lapses(with_redis):
     run_id = 10**12 + uuid.uuid4().int % 10**6
-    holder = RunLease(run_id, redis_url=REDIS_URL, seconds=0.3)
+    holder = RunLease(run_id, redis_url=REDIS_URL, seconds=1)
     # A holder that died: its key is there, but nothing renews it.
     with_redis.set(holder.key, holder.token, px=holder.milliseconds)
-    later = RunLease(run_id, redis_url=REDIS_URL, seconds=0.3)
+    later = RunLease(run_id, redis_url=REDIS_URL, seconds=1)
     assert not later.acquire()
 
-    time.sleep(0.5)  # longer than the lease
+    time.sleep(1.5)  # longer than the lease
 
     assert later.acquire()
     later.release()
