@@ -29,42 +29,15 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
+from bench._support import scratch_stack, services_problem, skip
 from tests.production.celery_worker import spawn_celery_worker, wait_until_ready
 
-ADMIN_DATABASE_URL = os.environ.get(
-    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"
-)
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 CONCURRENCIES = (1, 2)
 WORKER_START_TIMEOUT = 60.0
 RUN_TIMEOUT = 600.0
 WARMUP_RUNS_PER_PROCESS = 3
 TASK_TIME = re.compile(r"run_execute_task\[[^\]]+\] succeeded in ([0-9.]+)s")
-
-
-def skip(reason: str) -> None:
-    print(f"skipped: {reason}")
-    print(json.dumps({"benchmark": "celery_throughput", "skipped": reason}))
-
-
-def services_problem() -> str:
-    try:
-        import psycopg
-
-        psycopg.connect(ADMIN_DATABASE_URL, connect_timeout=3).close()
-    except Exception as error:  # noqa: BLE001 - any failure means "not here"
-        return f"PostgreSQL does not answer at {urlsplit(ADMIN_DATABASE_URL).netloc}: {error}"
-    try:
-        import redis
-
-        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
-        client.ping()
-        client.close()
-    except Exception as error:  # noqa: BLE001
-        return f"Redis does not answer at {urlsplit(REDIS_URL).netloc}: {error}"
-    return ""
 
 
 def start_worker(concurrency: int, env: dict[str, str], queue: str, log_path: Path):
@@ -172,30 +145,10 @@ def main() -> None:
 
     problem = services_problem()
     if problem:
-        skip(problem)
+        skip("celery_throughput", problem)
         return
 
-    import psycopg
-
-    name = f"conductor_bench_{uuid.uuid4().hex[:10]}"
-    queue = f"conductor-bench-{uuid.uuid4().hex[:10]}"
-    database_url = urlunsplit(urlsplit(ADMIN_DATABASE_URL)._replace(path="/" + name))
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "REDIS_URL": REDIS_URL,
-        "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY", "benchmark-only"),
-        "DJANGO_SETTINGS_MODULE": "webui.settings",
-        "CONDUCTOR_EXECUTION": "celery",
-        "CONDUCTOR_CELERY_QUEUE": queue,
-        "CONDUCTOR_SIM_LATENCY_SCALE": "0",
-        "LOG_LEVEL": "WARNING",
-    }
-    # This process is fresh: point its settings at the scratch database before Django loads.
-    os.environ.update(env)
-    admin = psycopg.connect(ADMIN_DATABASE_URL, autocommit=True)
-    admin.execute(f'CREATE DATABASE "{name}"')
-    try:
+    with scratch_stack(latency_scale="0") as stack:
         import django
 
         django.setup()
@@ -203,18 +156,7 @@ def main() -> None:
 
         call_command("migrate", verbosity=0)
         with tempfile.TemporaryDirectory() as logs:
-            results = measure(args.runs, env, queue, Path(logs))
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
-        import redis
-
-        client = redis.Redis.from_url(REDIS_URL)
-        client.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
-        client.close()
+            results = measure(args.runs, stack.env, stack.queue, Path(logs))
 
     by_processes = {r["processes"]: r["runs_per_second"] for r in results}
     print(

@@ -44,16 +44,12 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
+from bench._support import scratch_stack, services_problem, skip
 from tests.production.celery_worker import spawn_celery_worker, wait_until_ready
 from tests.production.connections import WEB_APP_NAME, WORKER_APP_NAME, ConnectionSampler
 from tests.production.daphne import DaphneProcess, spawn_daphne
 
-ADMIN_DATABASE_URL = os.environ.get(
-    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"
-)
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 STEP_SECONDS = float(os.environ.get("BENCH_LOAD_STEP_SECONDS", "60"))
 CLIENT_STEPS = tuple(int(n) for n in os.environ.get("BENCH_LOAD_CLIENTS", "10,50,100").split(","))
 DAPHNE_PROCESSES = tuple(int(n) for n in os.environ.get("BENCH_LOAD_DAPHNES", "1,2").split(","))
@@ -77,29 +73,6 @@ QUESTIONS = (
 )
 LIST_TARGET_P95_MS = 200.0
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
-
-
-def skip(reason: str) -> None:
-    print(f"skipped: {reason}")
-    print(json.dumps({"benchmark": "load", "skipped": reason}))
-
-
-def services_problem() -> str:
-    try:
-        import psycopg
-
-        psycopg.connect(ADMIN_DATABASE_URL, connect_timeout=3).close()
-    except Exception as error:  # noqa: BLE001 - any failure means "not here"
-        return f"PostgreSQL does not answer at {urlsplit(ADMIN_DATABASE_URL).netloc}: {error}"
-    try:
-        import redis
-
-        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
-        client.ping()
-        client.close()
-    except Exception as error:  # noqa: BLE001
-        return f"Redis does not answer at {urlsplit(REDIS_URL).netloc}: {error}"
-    return ""
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -402,44 +375,12 @@ def run(env: dict[str, str], database: str, database_url: str, logs: Path) -> li
 def main() -> None:
     problem = services_problem()
     if problem:
-        skip(problem)
+        skip("load", problem)
         return
 
-    import psycopg
-
-    name = f"conductor_bench_{uuid.uuid4().hex[:10]}"
-    queue = f"conductor-bench-{uuid.uuid4().hex[:10]}"
-    database_url = urlunsplit(urlsplit(ADMIN_DATABASE_URL)._replace(path="/" + name))
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "REDIS_URL": REDIS_URL,
-        "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY", "benchmark-only"),
-        "DJANGO_SETTINGS_MODULE": "webui.settings",
-        "CONDUCTOR_EXECUTION": "celery",
-        "CONDUCTOR_CELERY_QUEUE": queue,
-        "CONDUCTOR_SIM_LATENCY_SCALE": "1",
-        "LOG_LEVEL": "WARNING",
-    }
-    # This process is fresh: point its settings at the scratch database before Django loads.
-    os.environ.update(env)
-    admin = psycopg.connect(ADMIN_DATABASE_URL, autocommit=True)
-    admin.execute(f'CREATE DATABASE "{name}"')
-    started = time.perf_counter()
-    try:
-        with tempfile.TemporaryDirectory() as logs:
-            results = run(env, name, database_url, Path(logs))
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.close()
-        import redis
-
-        client = redis.Redis.from_url(REDIS_URL)
-        client.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
-        client.close()
+    with scratch_stack(latency_scale="1") as stack, tempfile.TemporaryDirectory() as logs:
+        started = time.perf_counter()
+        results = run(stack.env, stack.name, stack.database_url, Path(logs))
 
     one_daphne_50 = [r for r in results if r["daphne_processes"] == 1 and r["clients"] == 50]
     list_p95_50 = (
