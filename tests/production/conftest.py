@@ -107,6 +107,19 @@ def test_database_url() -> str:
     return urlunsplit(parts._replace(path="/" + connection.settings_dict["NAME"]))
 
 
+def stack_env(queue: str) -> dict[str, str]:
+    """The environment of a process of the production stack (a Celery worker, a Daphne server)
+    started by a test: the test database, Redis, and the session's Celery ``queue``."""
+    return {
+        **os.environ,
+        "DATABASE_URL": test_database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY", "test-only"),
+        "CONDUCTOR_EXECUTION": "celery",
+        "CONDUCTOR_CELERY_QUEUE": queue,
+    }
+
+
 @dataclass
 class CeleryWorkerProcess:
     """A `celery worker` subprocess in its own process group, logging to ``log_path``."""
@@ -150,12 +163,7 @@ def start_celery_worker(
         name = f"test{number}-{uuid.uuid4().hex[:6]}@%h"
         log_path = tmp_path / f"worker{number}.log"
         env = {
-            **os.environ,
-            "DATABASE_URL": test_database_url(),
-            "REDIS_URL": settings.REDIS_URL,
-            "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY", "test-only"),
-            "CONDUCTOR_EXECUTION": "celery",
-            "CONDUCTOR_CELERY_QUEUE": route_runs_to,
+            **stack_env(route_runs_to),
             "CONDUCTOR_VISIBILITY_TIMEOUT": str(VISIBILITY_TIMEOUT_SECONDS),
             "CONDUCTOR_RUN_LEASE_SECONDS": str(RUN_LEASE_SECONDS),
             "CONDUCTOR_SIM_LATENCY_SCALE": "1",
@@ -185,12 +193,7 @@ def start_daphne(
 
     def start(**env_overrides: str) -> DaphneProcess:
         env = {
-            **os.environ,
-            "DATABASE_URL": test_database_url(),
-            "REDIS_URL": settings.REDIS_URL,
-            "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY", "test-only"),
-            "CONDUCTOR_EXECUTION": "celery",
-            "CONDUCTOR_CELERY_QUEUE": route_runs_to,
+            **stack_env(route_runs_to),
             "LOG_LEVEL": "WARNING",
             **env_overrides,
         }
