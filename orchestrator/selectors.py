@@ -229,6 +229,15 @@ def step_get(*, user: Any, step_id: int) -> Step | None:
     return steps.filter(pk=step_id).first()
 
 
+def _enabled_workers() -> Prefetch:
+    """A pool's enabled workers, in order, as ``pool.enabled_workers``."""
+    return Prefetch(
+        "workers",
+        queryset=Worker.objects.filter(enabled=True).order_by("position", "id"),
+        to_attr="enabled_workers",
+    )
+
+
 def pools_for(*, user: Any) -> QuerySet[Pool]:
     """The pools of the user's projects, by name, with their enabled workers in order."""
     if not getattr(user, "is_authenticated", False):
@@ -236,15 +245,7 @@ def pools_for(*, user: Any) -> QuerySet[Pool]:
     projects = user_project_ids(user)
     pools = Pool.objects.all() if projects is None else Pool.objects.filter(project_id__in=projects)
     return (
-        pools.select_related("project")
-        .prefetch_related(
-            Prefetch(
-                "workers",
-                queryset=Worker.objects.filter(enabled=True).order_by("position", "id"),
-                to_attr="enabled_workers",
-            )
-        )
-        .order_by("name", "id")
+        pools.select_related("project").prefetch_related(_enabled_workers()).order_by("name", "id")
     )
 
 
@@ -325,13 +326,7 @@ def api_pools(*, project: Project | int) -> list[Pool]:
     project_id = project if isinstance(project, int) else project.pk
     pools = (
         Pool.objects.filter(project_id=project_id)
-        .prefetch_related(
-            Prefetch(
-                "workers",
-                queryset=Worker.objects.filter(enabled=True).order_by("position", "id"),
-                to_attr="enabled_workers",
-            )
-        )
+        .prefetch_related(_enabled_workers())
         .order_by("name", "id")
     )
     return [pool for pool in pools if pool.enabled_workers]
