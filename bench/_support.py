@@ -39,6 +39,12 @@ def run_bench_child(module: str, *args: str, env: dict[str, str], timeout: float
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def percentile(values: list[float], fraction: float) -> float:
+    """The value ``fraction`` of the way up ``values`` sorted (nearest rank; 0.95: the p95)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
 class AnsweringClient:
     """A worker that answers "Answer: 42" after ``latency`` seconds (at once for 0), with fixed
     usage and no cost: what is measured is the engine around it, not a model."""

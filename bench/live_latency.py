@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._support import percentile
+
 # A bench reuses the browser tests' server.
 from tests.browser.server import (
     CHROMIUM_ARGS,
@@ -121,11 +123,6 @@ async def watch_run(
     if failures:
         raise RuntimeError(f"{len(failures)} clients failed, first: {failures[0]!r}")
     return sum(1 for r in results if r is True)
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def summary(values: list[float]) -> dict[str, float]:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from bench._support import scratch_stack, services_problem, skip
+from bench._support import percentile, scratch_stack, services_problem, skip
 from tests.production.celery_worker import spawn_celery_worker, wait_until_ready
 from tests.production.connections import WEB_APP_NAME, WORKER_APP_NAME, ConnectionSampler
 from tests.production.daphne import DaphneProcess, spawn_daphne
@@ -73,11 +73,6 @@ QUESTIONS = (
 )
 LIST_TARGET_P95_MS = 200.0
 FINISHED_STATUSES = ("succeeded", "failed", "cancelled")
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 def latency_summary(values: list[float]) -> dict[str, float]:
