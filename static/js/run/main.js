@@ -27,6 +27,7 @@ async function api(path) {
 const fetchRound = (round) => api(`runs/${runId}/graph/?round=${round}`);
 const pageState = JSON.parse(document.getElementById("run-state").textContent);
 const store = new RunStore(pageState.state);
+performance.mark("run-page:state-read");
 
 const notice = document.getElementById("graph-notice");
 function showNotice(text) {
@@ -156,6 +157,7 @@ header.render();
 cancelButton.render();
 stepList.renderAll();
 renderRoundPlans();
+performance.mark("run-page:list-drawn");
 document.getElementById("graph-fit").addEventListener("click", () => graph.fit());
 document.getElementById("graph-zoom-in").addEventListener("click", () => graph.zoomBy(1.25));
 document.getElementById("graph-zoom-out").addEventListener("click", () => graph.zoomBy(0.8));
