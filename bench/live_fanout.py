@@ -137,12 +137,17 @@ async def client(session, url: str, origin: str, connected: asyncio.Event, gate,
             received.append((event["seq"], event["type"]))
             if event["type"] == "step.finished":
                 finished = dt.datetime.fromisoformat(event["step"]["finished_at"]).timestamp()
-                latencies.append((now - finished) * 1000)
+                latencies.append((event["seq"], (now - finished) * 1000))
             if event["type"] == "run.finished":
                 break
     finally:
         await socket_.close()
-    return {"url": url, "received": received, "latencies": latencies}
+    return {
+        "url": url,
+        "received": received,
+        "latencies": latencies,
+        "close_code": socket_.close_code,
+    }
 
 
 async def watch(run_id: int, ports: list[int], token: str, start_run) -> list[dict]:
@@ -172,7 +177,8 @@ async def watch(run_id: int, ports: list[int], token: str, start_run) -> list[di
         if task in done and task.exception() is None:
             results.append(task.result())
         else:
-            results.append({"url": "", "received": [], "latencies": [], "failed": True})
+            error = task.exception() if task in done else TimeoutError("still reading")
+            results.append({"url": "", "received": [], "latencies": [], "error": repr(error)})
     results[0]["connect_seconds"] = connect_seconds
     return results
 
@@ -194,6 +200,8 @@ def measure(ports: list[int], token: str, pool) -> dict:
     latencies: list[float] = []
     connect_seconds = []
     statuses = []
+    problems: list[str] = []
+    by_event: dict[tuple[int, int], list[float]] = {}
     for number in range(RUNS):
         run = run_create(pool=pool, input=QUESTIONS[number % len(QUESTIONS)], enqueue=False)
         results = asyncio.run(
@@ -214,7 +222,14 @@ def measure(ports: list[int], token: str, pool) -> dict:
                 and received[-1][1] == "run.finished"
             )
             complete += in_order
-            latencies += result["latencies"]
+            latencies += [ms for _, ms in result["latencies"]]
+            for seq, ms in result["latencies"]:
+                by_event.setdefault((run.pk, seq), []).append(ms)
+            if not in_order and len(problems) < 3:
+                problems.append(
+                    result.get("error")
+                    or f"received {result['received']}, closed with {result['close_code']}"
+                )
         print(
             f"run {run.pk} ({run.status}): {len(stored)} events; "
             f"{sum(r['received'] == stored for r in results)} of {CLIENTS} clients saw them all "
@@ -222,18 +237,29 @@ def measure(ports: list[int], token: str, pool) -> dict:
             file=sys.stderr,
             flush=True,
         )
+    if problems:
+        print("clients that missed something, first ones:", *problems, sep="\n", file=sys.stderr)
+    first_client = [min(values) for values in by_event.values()]
+    spread = [max(values) - min(values) for values in by_event.values()]
     return {
         "clients_complete_in_order": complete,
         "clients": clients,
         "events_per_run": events / RUNS,
         "run_statuses": statuses,
         "connect_all_seconds": [round(s, 1) for s in connect_seconds],
-        "step_finished_latency": {
-            "samples": len(latencies),
-            "median_ms": round(statistics.median(latencies), 1) if latencies else None,
-            "p95_ms": round(percentile(latencies, 0.95), 1) if latencies else None,
-            "max_ms": round(max(latencies), 1) if latencies else None,
-        },
+        "step_finished_latency": summary(latencies),
+        # How much is the servers reaching their first client, how much the fan-out to the rest.
+        "first_client_per_event": summary(first_client),
+        "fan_out_spread_per_event": summary(spread),
+    }
+
+
+def summary(values: list[float]) -> dict[str, float | None]:
+    return {
+        "samples": len(values),
+        "median_ms": round(statistics.median(values), 1) if values else None,
+        "p95_ms": round(percentile(values, 0.95), 1) if values else None,
+        "max_ms": round(max(values), 1) if values else None,
     }
 
 
@@ -297,6 +323,13 @@ def main() -> int:
                 processes.append(worker)
                 wait_until_ready(worker, log_path, START_TIMEOUT)
             figures = measure(ports, token, pool)
+            # What went wrong on the servers, if anything did (their logs go with the directory).
+            for number in range(SERVERS):
+                log = (Path(logs) / f"daphne-{number}.log").read_text(errors="replace")
+                errors = [line for line in log.splitlines() if "Error" in line or "rror:" in line]
+                if errors:
+                    print(f"daphne {number}: {len(errors)} error lines, last:", file=sys.stderr)
+                    print(*errors[-5:], sep="\n", file=sys.stderr)
     finally:
         for process in processes:
             stop(process)
