@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 
 from orchestrator.events import plan_data
-from orchestrator.models import Membership, Plan, Pool, Project, Run, Step, Worker
+from orchestrator.models import ApiKey, Membership, Plan, Pool, Project, Run, Step, Worker
 
 ROLES_THAT_RUN = (Membership.Role.ADMIN, Membership.Role.REVIEWER)
 
@@ -182,6 +182,15 @@ def run_get(*, user: Any, run_id: int) -> Run | None:
     )
 
 
+def run_ids_queued_before(before: datetime, *, limit: int) -> list[int]:
+    """Ids of runs created before ``before`` and still queued, oldest first (for the sweep)."""
+    return list(
+        Run.objects.filter(status=Run.Status.QUEUED, created_at__lt=before)
+        .order_by("created_at", "id")
+        .values_list("pk", flat=True)[:limit]
+    )
+
+
 def run_detail(*, user: Any, run_id: int) -> Run | None:
     """A run with its plans and steps prefetched (two more queries), or None."""
     return (
@@ -328,4 +337,29 @@ def conductor_missing_keys(*, pool: Pool) -> list[str]:
         pool.conductor_model,
         api_base=pool.conductor_api_base,
         api_key_env=pool.conductor_api_key_env,
+    )
+
+
+def api_pools(*, project: Project | int) -> list[Pool]:
+    """The pools of one project that the OpenAI-compatible endpoint offers (those with an
+    enabled worker), by name, with their enabled workers in order."""
+    project_id = project if isinstance(project, int) else project.pk
+    pools = (
+        Pool.objects.filter(project_id=project_id)
+        .prefetch_related(
+            Prefetch(
+                "workers",
+                queryset=Worker.objects.filter(enabled=True).order_by("position", "id"),
+                to_attr="enabled_workers",
+            )
+        )
+        .order_by("name", "id")
+    )
+    return [pool for pool in pools if pool.enabled_workers]
+
+
+def api_keys_of(*, user: Any) -> QuerySet[ApiKey]:
+    """A user's API keys, newest first, with their project (never the key: only its prefix)."""
+    return ApiKey.objects.filter(user_id=user.pk).select_related("project").order_by(
+        "-created_at", "-id"
     )

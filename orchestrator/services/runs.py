@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import threading
@@ -15,7 +16,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from orchestrator import events
@@ -34,6 +35,7 @@ from orchestrator.engine.types import (
     WorkerInfo,
 )
 from orchestrator.models import Membership, Plan, Pool, Run, Step, Worker
+from orchestrator.providers.calls import nested_depth
 from orchestrator.selectors import user_can_run, user_role
 from orchestrator.services.ownership import (
     Claim,
@@ -55,7 +57,9 @@ from orchestrator.services.recording import (
     record_run_failed,
     run_end_reason,
 )
+from orchestrator.services.nesting import CallingStepObserver
 from orchestrator.services.records import resume_state_from_rows
+from orchestrator.telemetry import run_trace_enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +80,7 @@ def run_create(
     grader: str = "",
     created_by: Any = None,
     enqueue: bool = True,
+    extra: Mapping[str, Any] | None = None,
 ) -> Run:
     """Create a queued run of ``input`` on ``pool`` and, once committed, start executing it.
 
@@ -88,6 +93,7 @@ def run_create(
     its sandbox cannot run here. With no ``grader`` but a reference, the grader is chosen from the
     reference's form (a number: numeric; a letter: choice; else exact).
     Publishes ``run.status`` queued. ``enqueue=False`` leaves execution to the caller (the CLI).
+    ``extra``: more Run fields, set by other services (``chat_run_create``: depth, called_from).
     """
     if created_by is not None and not user_can_run(user=created_by, project=pool.project_id):
         raise PermissionDenied("Only admins and reviewers of the project may start runs.")
@@ -151,14 +157,17 @@ def run_create(
             reference=reference,
             grader=grader if reference else "",
             created_by=created_by,
+            **dict(extra or {}),
         )
         events.publish(run.pk, events.RUN_STATUS, {"status": Run.Status.QUEUED.value})
         if enqueue:
             from orchestrator.services.execution import run_enqueue
 
             run_id = run.pk
-            transaction.on_commit(lambda: run_enqueue(run_id=run_id))
-    run.refresh_from_db(fields=["last_seq"])
+            # robust: a broker that is away does not turn a stored run into an error; the run
+            # stays queued and the workers' sweep enqueues it again (orchestrator/tasks.py).
+            transaction.on_commit(lambda: run_enqueue(run_id=run_id), robust=True)
+        run.refresh_from_db(fields=["last_seq"])
     return run
 
 
@@ -239,14 +248,23 @@ class _Execution:
         return {field: getattr(self.run, field) for field in TOTAL_FIELDS}
 
 
-def run_execute(*, run_id: int, executor: str | None = None, exclusive: bool = False) -> None:
+def run_execute(
+    *,
+    run_id: int,
+    executor: str | None = None,
+    exclusive: bool = False,
+    resumable: bool = False,
+) -> None:
     """Execute a run to its end, from sync code (a Celery task, the CLI).
 
+    ``resumable``: see ``run_execute_async``.
     Runs ``run_execute_async`` on a fresh event loop; its database work comes back to the
     calling thread, so it uses this thread's connection (and transaction, in tests).
     Must not be called from a thread that runs an event loop.
     """
-    async_to_sync(run_execute_async)(run_id=run_id, executor=executor, exclusive=exclusive)
+    async_to_sync(run_execute_async)(
+        run_id=run_id, executor=executor, exclusive=exclusive, resumable=resumable
+    )
 
 
 async def run_execute_async(
@@ -255,6 +273,7 @@ async def run_execute_async(
     observer: RunObserver | None = None,
     executor: str | None = None,
     exclusive: bool = False,
+    resumable: bool = False,
 ) -> None:
     """Execute a run: plan, call the workers, store every step and publish its events.
 
@@ -268,6 +287,10 @@ async def run_execute_async(
     by default): leased and renewed by a heartbeat, or, with ``exclusive``, taken over because
     the caller holds an exclusive lease elsewhere (Celery's). A run another execution holds is
     not executed; one taken over while this execution runs stops it at its next callback.
+
+    With ``resumable`` (the caller executes the run again later: the Celery task retries), a
+    database that is away or full is not the run's fault: the error propagates and the run is
+    left as it is, to be resumed.
     """
     execution = await sync_to_async(_load_execution)(
         run_id=run_id, executor=executor or new_executor_token(), exclusive=exclusive
@@ -279,8 +302,10 @@ async def run_execute_async(
     claim = execution.claim
     heartbeat = asyncio.create_task(_keep_claim(claim)) if claim.lease_seconds else None
     recorder: RecordingObserver | None = None
+    # Calls this run makes to a pool of a Conductor Studio server nest one level deeper.
+    nested_depth.set(run.depth + 1)
     try:
-        workers = [_worker_info(worker) for worker in execution.workers]
+        workers = [_worker_info(worker, run.worker_params) for worker in execution.workers]
         conductor = _conductor_client(execution.pool) if run.strategy == "conductor" else None
         strategy = build_strategy(
             run.strategy, conductor=conductor, options=dict(run.strategy_options or {})
@@ -301,19 +326,34 @@ async def run_execute_async(
             strategy=strategy,
             workers=workers,
             settings=run_settings_for(execution.pool),
-            observer=recorder if observer is None else _Observers(recorder, observer),
+            observer=_Observers(
+                recorder, CallingStepObserver(recorder), *([observer] if observer else [])
+            ),
             resume=execution.resume(),
         )
     except RunClosed as closed:
         logger.info("run %s finished elsewhere (%s); execution stopped", run_id, closed)
     except RunTakenOver:
         logger.warning("run %s was taken over by another execution; this one stopped", run_id)
+    except (OperationalError, InterfaceError) as error:
+        if not resumable:
+            await sync_to_async(record_run_failed)(
+                run_id=run_id, error=short_error(error), fence=claim.fence
+            )
+            run_trace_enqueue(run_id=run_id)
+        # Let go if the database allows it (a retry takes the run over in any case).
+        with contextlib.suppress(OperationalError, InterfaceError):
+            await sync_to_async(run_claim_release)(claim=claim)
+        raise
     except Exception as error:
         await sync_to_async(record_run_failed)(
             run_id=run_id, error=short_error(error), fence=claim.fence
         )
         await sync_to_async(run_claim_release)(claim=claim)
+        run_trace_enqueue(run_id=run_id)
         raise
+    else:
+        run_trace_enqueue(run_id=run_id)
     finally:
         if heartbeat is not None:
             heartbeat.cancel()
@@ -382,14 +422,16 @@ def run_settings_for(pool: Pool) -> RunSettings:
     )
 
 
-def _worker_info(worker: Worker) -> WorkerInfo:
+def _worker_info(worker: Worker, run_params: Mapping[str, Any] | None = None) -> WorkerInfo:
+    """The engine's view of a worker; ``run_params`` (the run's own call parameters, such as a
+    temperature asked for over /v1) override the worker's."""
     from orchestrator.providers import make_client
 
     client = make_client(
         worker.model,
         api_base=worker.api_base,
         api_key_env=worker.api_key_env,
-        params=dict(worker.params or {}),
+        params={**dict(worker.params or {}), **dict(run_params or {})},
         price_in=worker.price_in,
         price_out=worker.price_out,
     )
@@ -494,6 +536,7 @@ def _cancel(run_id: int) -> Run:
         from orchestrator.services.execution import run_stop_inline
 
         transaction.on_commit(lambda: run_stop_inline(run_id=run_id))
+        transaction.on_commit(lambda: run_trace_enqueue(run_id=run_id))
     return run
 
 
