@@ -190,7 +190,6 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def measure(ports: list[int], token: str, pool) -> dict:
     from orchestrator.events import events_after
-    from orchestrator.models import Run
     from orchestrator.services.execution import run_enqueue
     from orchestrator.services.runs import run_create
 

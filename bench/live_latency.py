@@ -189,7 +189,8 @@ def main() -> int:
                 viewer.goto(f"/runs/{run_id}/")
                 wait_for_js(
                     viewer,
-                    "window.runPage && (window.runPage.live.socket || window.runPage.live.stopped)",
+                    # A boolean: a WebSocket object comes back as {}, which Python takes as false.
+                    "!!(window.runPage && (window.runPage.live.socket || window.runPage.live.stopped))",
                 )
                 viewer.evaluate(BROWSER_PROBE)
                 saw_the_end = watching.result(timeout=120)

@@ -347,9 +347,7 @@ def drawn_layout(page) -> dict[str, list[float]]:
     )
 
 
-def test_a_live_run_page_loads_its_state_once_and_grows_its_graph_in_place(
-    slow_page, slow_server
-):
+def test_a_live_run_page_loads_its_state_once_and_grows_its_graph_in_place(slow_page, slow_server):
     page = slow_page
     loads = record_state_loads(page)
     # The conductor takes a while to plan here, so the page is open before any step exists.
@@ -370,7 +368,9 @@ def test_a_live_run_page_loads_its_state_once_and_grows_its_graph_in_place(
     # which asked only for what came after the page's seq.
     assert seen["requests"] == []
     assert seen["snapshots"] == []
-    socket_url = slow_server.url.replace("http", "ws", 1) + f"/ws/runs/{run_id}/?after={first['seq']}"
+    socket_url = (
+        slow_server.url.replace("http", "ws", 1) + f"/ws/runs/{run_id}/?after={first['seq']}"
+    )
     assert seen["sockets"] == [socket_url]
     # Every step is drawn, where the server lays the finished run out (the API's graph, asked
     # for here by the test, not by the page).

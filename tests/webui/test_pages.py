@@ -276,7 +276,9 @@ def test_run_page_embeds_one_state_with_its_seq_and_nothing_to_fetch_again(clien
     run = make_run(pool, status=Run.Status.RUNNING)
     Run.objects.filter(pk=run.pk).update(last_seq=3)
     html = client_in.get(f"/runs/{run.pk}/").content.decode()
-    blocks = re.findall(r'<script id="run-state" type="application/json">(.*?)</script>', html, re.S)
+    blocks = re.findall(
+        r'<script id="run-state" type="application/json">(.*?)</script>', html, re.DOTALL
+    )
     assert len(blocks) == 1
     state = json.loads(blocks[0])
     # The page's socket asks for what came after this seq; the graph is already laid out.
