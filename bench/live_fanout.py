@@ -22,6 +22,7 @@ Run from the repository root: ``python -m bench.live_fanout``. Ends with one JSO
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime as dt
 import json
 import os
@@ -224,10 +225,11 @@ def measure(ports: list[int], token: str, pool) -> dict:
             latencies += [ms for _, ms in result["latencies"]]
             for seq, ms in result["latencies"]:
                 by_event.setdefault((run.pk, seq), []).append(ms)
-            if not in_order and len(problems) < 3:
+            if not in_order:
                 problems.append(
                     result.get("error")
-                    or f"received {result['received']}, closed with {result['close_code']}"
+                    or f"{len(result['received'])} of {len(stored)} events, then closed with "
+                    f"{result['close_code']}"
                 )
         print(
             f"run {run.pk} ({run.status}): {len(stored)} events; "
@@ -237,7 +239,9 @@ def measure(ports: list[int], token: str, pool) -> dict:
             flush=True,
         )
     if problems:
-        print("clients that missed something, first ones:", *problems, sep="\n", file=sys.stderr)
+        print("clients that missed something:", file=sys.stderr)
+        for problem, count in collections.Counter(problems).most_common(10):
+            print(f"{count} × {problem}", file=sys.stderr)
     first_client = [min(values) for values in by_event.values()]
     spread = [max(values) - min(values) for values in by_event.values()]
     return {
