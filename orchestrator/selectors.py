@@ -293,6 +293,27 @@ def run_graph(*, run: Run, round: int | None = None) -> dict[str, Any]:
     return build_graph(plans=plans, steps=steps, round=round)
 
 
+def run_page_state(*, run: Run) -> dict[str, Any]:
+    """What the run page draws, read once: the run's snapshot, the seq it is current to (the
+    page's socket then asks for the events after it), and its graph laid out from that same
+    snapshot, with the layout's measures so the page can lay out a round again as it grows.
+
+    ``run`` must be freshly read: its ``last_seq`` is read no later than the steps and plans, so
+    an event that lands meanwhile is at worst applied twice (each event carries whole objects),
+    never missed.
+    """
+    from orchestrator.events import snapshot_data
+    from orchestrator.graph import build_graph, geometry
+
+    state = snapshot_data(run)
+    return {
+        "seq": run.last_seq,
+        "state": state,
+        "graph": build_graph(plans=state["plans"], steps=state["steps"]),
+        "geometry": geometry(),
+    }
+
+
 _GRAPH_STEP_COLUMNS = (
     "id", "round", "index", "worker_name", "instruction", "status", "tokens_in", "tokens_out",
     "latency", "reads",
