@@ -33,6 +33,7 @@ from celery import Task, shared_task
 from django.conf import settings
 
 from orchestrator.models import Run
+from orchestrator.services.execution import RUN_EXECUTE_TASK
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class RunLease:
 
 @shared_task(
     bind=True,
-    name="orchestrator.tasks.run_execute_task",
+    name=RUN_EXECUTE_TASK,
     acks_late=True,
     reject_on_worker_lost=True,
     ignore_result=True,

@@ -18,7 +18,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
-from orchestrator import events
+from orchestrator import events, wire
 from orchestrator.engine.grading import GRADER_KINDS, parse_number
 from orchestrator.engine.scheduler import execute_run
 from orchestrator.engine.strategies import STRATEGIES, build_strategy, check_fits
@@ -34,7 +34,10 @@ from orchestrator.engine.types import (
     WorkerInfo,
 )
 from orchestrator.models import Membership, Plan, Pool, Run, Step, Worker
+from orchestrator.records import resume_state_from_rows
 from orchestrator.selectors import user_can_run, user_role
+from orchestrator.services.ending import close_open_steps, lock_open_steps, run_end_reason, run_fail
+from orchestrator.services.grading import code_grading_problem
 from orchestrator.services.ownership import (
     Claim,
     new_executor_token,
@@ -43,19 +46,8 @@ from orchestrator.services.ownership import (
     run_claim_release,
     run_claim_renew,
 )
-from orchestrator.services.recording import (
-    TOTAL_FIELDS,
-    RecordingObserver,
-    RunClosed,
-    RunTakenOver,
-    close_open_steps,
-    code_grading_problem,
-    finished_event_data,
-    lock_open_steps,
-    record_run_failed,
-    run_end_reason,
-)
-from orchestrator.services.records import resume_state_from_rows
+from orchestrator.services.recorder import RunClosed, RunTakenOver
+from orchestrator.services.recording import RecordingObserver
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +144,7 @@ def run_create(
             grader=grader if reference else "",
             created_by=created_by,
         )
-        events.publish(run.pk, events.RUN_STATUS, {"status": Run.Status.QUEUED.value})
+        events.publish(run.pk, wire.RUN_STATUS, {"status": Run.Status.QUEUED.value})
         if enqueue:
             from orchestrator.services.execution import run_enqueue
 
@@ -236,7 +228,7 @@ class _Execution:
         return resume_state_from_rows(self.plans, self.steps)
 
     def totals(self) -> dict[str, Any]:
-        return {field: getattr(self.run, field) for field in TOTAL_FIELDS}
+        return {field: getattr(self.run, field) for field in wire.TOTAL_FIELDS}
 
 
 def run_execute(*, run_id: int, executor: str | None = None, exclusive: bool = False) -> None:
@@ -309,9 +301,7 @@ async def run_execute_async(
     except RunTakenOver:
         logger.warning("run %s was taken over by another execution; this one stopped", run_id)
     except Exception as error:
-        await sync_to_async(record_run_failed)(
-            run_id=run_id, error=short_error(error), fence=claim.fence
-        )
+        await sync_to_async(run_fail)(run_id=run_id, error=short_error(error), fence=claim.fence)
         await sync_to_async(run_claim_release)(claim=claim)
         raise
     finally:
@@ -490,7 +480,7 @@ def _cancel(run_id: int) -> Run:
         closed = close_open_steps(
             run_id=run_id, open_steps=open_steps, why=run_end_reason(run.status), at=run.finished_at
         )
-        events.publish(run_id, events.RUN_FINISHED, finished_event_data(run, closed))
+        events.publish(run_id, wire.RUN_FINISHED, wire.finished_data_of(run, closed))
         from orchestrator.services.execution import run_stop_inline
 
         transaction.on_commit(lambda: run_stop_inline(run_id=run_id))
