@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from tests.production.celery_worker import spawn_celery_worker, wait_until_ready
+from harness.celery_worker import spawn_celery_worker, wait_until_ready
 
 ADMIN_DATABASE_URL = os.environ.get(
     "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"

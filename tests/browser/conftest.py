@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.server import (
+from harness.server import (
     CHROMIUM_ARGS,
     CHROMIUM_PATH,
     LiveServer,

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.browser.server import LiveServer, RunMaker, log_in, start_live_server, wait_for_js
+from harness.server import LiveServer, RunMaker, log_in, start_live_server, wait_for_js
 
 pytestmark = pytest.mark.browser
 

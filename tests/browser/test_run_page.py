@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from tests.browser.server import RunMaker, log_in, start_live_server, wait_for_js
+from harness.server import RunMaker, log_in, start_live_server, wait_for_js
 
 pytestmark = pytest.mark.browser
 

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.conf import settings
 
-from tests.production.celery_worker import spawn_celery_worker, wait_until_ready
+from harness.celery_worker import spawn_celery_worker, wait_until_ready
 
 # Short enough that a killed worker's run is delivered again within seconds.
 VISIBILITY_TIMEOUT_SECONDS = 3

@@ -1,7 +1,7 @@
 """A real Daphne server with inline execution, stopped mid-run (SIGKILL and SIGTERM) and started
 again: the run finishes, and no step that had finished is sent to its model again.
 
-The server is a subprocess over its own SQLite file (``tests/browser/server.py``); the test
+The server is a subprocess over its own SQLite file (``harness/server.py``); the test
 starts runs through the HTTP API and reads what is stored straight from that file.
 """
 
@@ -18,7 +18,7 @@ from contextlib import closing
 
 import pytest
 
-from tests.browser.server import LiveServer, pick_pool_id
+from harness.server import LiveServer, pick_pool_id
 
 # Four steps one after another, about 1.2 s each (the demo's "forge" worker at full latency).
 RUN = {
