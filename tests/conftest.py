@@ -18,6 +18,46 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _payloads_match_the_wire_schema(monkeypatch):
+    """Every event any test publishes, every snapshot and every graph any test reads is checked
+    against its definition in ``orchestrator/wire.py`` (keys and types), at the one place each is
+    made: a test whose code emits a payload off its schema fails, whatever it asserts itself."""
+    from orchestrator import events, selectors, wire
+
+    problems: list[str] = []
+
+    def checked(name, shape_of, function):
+        def wrapper(*args, **kwargs):
+            result = function(*args, **kwargs)
+            for value, shape in shape_of(result):
+                problems.extend(f"{name}: {problem}" for problem in wire.check(value, shape))
+            return result
+
+        return wrapper
+
+    def each_event(stored):
+        for event in stored:
+            yield event, wire.EVENT_SHAPES.get(event["type"], wire.Event)
+
+    monkeypatch.setattr(events, "store_events", checked("event", each_event, events.store_events))
+    monkeypatch.setattr(
+        selectors,
+        "run_snapshot_message",
+        checked("snapshot", lambda m: [(m, wire.SnapshotMessage)], selectors.run_snapshot_message),
+    )
+    monkeypatch.setattr(
+        selectors,
+        "run_snapshot",
+        checked("run state", lambda s: [(s, wire.RunState)], selectors.run_snapshot),
+    )
+    monkeypatch.setattr(
+        selectors, "run_graph", checked("graph", lambda g: [(g, wire.Graph)], selectors.run_graph)
+    )
+    yield
+    assert not problems, "payloads off the wire schema:\n" + "\n".join(problems[:20])
+
+
 @pytest.fixture
 def project(db) -> Project:
     return make_project(name="Team")

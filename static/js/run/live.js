@@ -1,6 +1,8 @@
 // The run's websocket: snapshot first, then live events; on a drop, reconnect with backoff from
 // the last seq seen (?after=<seq>) so nothing is missed and nothing is applied twice.
 
+import { EVENTS } from "./statuses.js";
+
 const FIRST_RETRY_MS = 500;
 const MAX_RETRY_MS = 10000;
 // The close code of the run's consumer that no retry can change: no such run, or no access.
@@ -76,7 +78,7 @@ export class LiveConnection {
       return;
     }
     if (typeof event.seq !== "number") return;
-    if (event.type === "snapshot") {
+    if (event.type === EVENTS.snapshot) {
       this.lastSeq = Math.max(this.lastSeq, event.seq);
       this.onEvent(event);
       return;
