@@ -22,8 +22,10 @@ from orchestrator import delivery, wire
 from orchestrator.models import Run, RunEvent
 from orchestrator.sql import advance_seq
 
-# The channel-layer message type; Channels routes it to the consumer's ``run_event`` handler.
+# The channel-layer message types; Channels routes them to the consumer's ``run_event`` and
+# ``run_events`` handlers (several events of one run, in seq order, in one message).
 LAYER_MESSAGE_TYPE: Final = "run.event"
+LAYER_BATCH_TYPE: Final = "run.events"
 
 Deliver = Callable[[dict[str, Any]], None]
 
@@ -117,8 +119,22 @@ def send(event: dict[str, Any]) -> None:
 async def send_async(event: dict[str, Any]) -> None:
     """``send`` for code running on an event loop: first straight to the run's local listeners
     on this loop (``delivery``), then to the run's group on the channel layer."""
-    await delivery.deliver_locally(event)
+    await send_many_async([event])
+
+
+async def send_many_async(events: Sequence[dict[str, Any]]) -> None:
+    """``send_async`` of several stored events of one run, in seq order: each to the local
+    listeners, then all of them in one channel-layer message (a group send costs several
+    Redis round trips, whatever it carries)."""
+    if not events:
+        return
+    for event in events:
+        await delivery.deliver_locally(event)
     layer = get_channel_layer()
     if layer is None:
         return
-    await layer.group_send(group_name(event["run"]), {"type": LAYER_MESSAGE_TYPE, "event": event})
+    if len(events) == 1:
+        message = {"type": LAYER_MESSAGE_TYPE, "event": events[0]}
+    else:
+        message = {"type": LAYER_BATCH_TYPE, "events": list(events)}
+    await layer.group_send(group_name(events[0]["run"]), message)

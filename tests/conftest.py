@@ -111,22 +111,23 @@ async def async_db_connections_closed():
 @pytest.fixture
 def sent_events(monkeypatch) -> list[dict]:
     """Every live event sent to a channel group (that is, after its transaction committed),
-    whether sent from sync code (``events.send``) or from the loop (``events.send_async``)."""
+    whether sent from sync code (``events.send``) or from the loop (``events.send_async``,
+    ``events.send_many_async``)."""
     from orchestrator import events
 
     sent: list[dict] = []
-    send, send_async = events.send, events.send_async
+    send, send_many_async = events.send, events.send_many_async
 
     def capture(event: dict) -> None:
         sent.append(event)
         send(event)
 
-    async def capture_async(event: dict) -> None:
-        sent.append(event)
-        await send_async(event)
+    async def capture_many_async(batch) -> None:
+        sent.extend(batch)
+        await send_many_async(batch)
 
     monkeypatch.setattr(events, "send", capture)
-    monkeypatch.setattr(events, "send_async", capture_async)
+    monkeypatch.setattr(events, "send_many_async", capture_many_async)
     return sent
 
 

@@ -101,6 +101,11 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         """A live event from the run's group (layer message type ``run.event``)."""
         await self._forward(message["event"])
 
+    async def run_events(self, message: dict[str, Any]) -> None:
+        """Several live events of the run, in seq order (layer message type ``run.events``)."""
+        for event in message["events"]:
+            await self._forward(event)
+
     async def _forward_local(self, event: dict[str, Any], text: str) -> None:
         """An event sent from this process's loop, with its JSON. Taken only if it is the next
         one: an earlier event may still be waiting in the layer's queue for this consumer, and

@@ -5,7 +5,10 @@ Each engine callback becomes one short transaction in a sync method of ``RunReco
 never race each other in a process). No model call ever happens inside these transactions: the
 engine calls models between callbacks. Events are stored in the same transaction as the change
 they announce; once it commits they are queued, and the observer sends them from the event loop
-in seq order (one sender at a time, so a slow channel layer never reorders them).
+in seq order (one sender at a time, so a slow channel layer never reorders them). The sender
+runs beside the execution: the next callback's transaction does not wait for the channel layer
+to take the previous callback's events (a send that failed is raised at the next callback, as
+it was raised by that one before); the run's last callback waits until all are sent.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ class RecordingObserver:
         self.grader = grader
         # Filled in commit order by the recorder's thread, drained in order on the loop.
         self._outbox: deque[dict[str, Any]] = deque()
-        self._sending = asyncio.Lock()
+        self._sender: asyncio.Task[None] | None = None
+        self._send_error: BaseException | None = None
         self.recorder = RunRecorder(
             run_id=run_id,
             worker_ids=worker_ids,
@@ -63,16 +67,40 @@ class RecordingObserver:
         )
 
     async def _call(self, method: Any, *args: Any) -> None:
+        self._raise_send_error()
         try:
             await sync_to_async(method)(*args)
         finally:
-            await self.flush()
+            self._start_sending()
+
+    def _start_sending(self) -> None:
+        """Have the committed events sent, in order, by the one sender task (on this loop)."""
+        if self._outbox and (self._sender is None or self._sender.done()):
+            self._sender = asyncio.get_running_loop().create_task(self._send_outbox())
+
+    async def _send_outbox(self) -> None:
+        while self._outbox:
+            batch = list(self._outbox)  # what has committed so far, in seq order
+            try:
+                await events.send_many_async(batch)
+            except Exception as error:
+                self._send_error = error
+                return
+            for _ in batch:
+                self._outbox.popleft()
+
+    def _raise_send_error(self) -> None:
+        error, self._send_error = self._send_error, None
+        if error is not None:
+            raise error
 
     async def flush(self) -> None:
-        """Send every committed event not sent yet, in seq order."""
-        async with self._sending:
-            while self._outbox:
-                await events.send_async(self._outbox.popleft())
+        """Send every committed event not sent yet, in seq order; raise if a send failed."""
+        self._start_sending()
+        while self._sender is not None and not self._sender.done():
+            await asyncio.shield(self._sender)
+            self._start_sending()
+        self._raise_send_error()
 
     async def planning(self, round: int) -> None:
         await self._call(self.recorder.planning, round)
@@ -99,4 +127,7 @@ class RecordingObserver:
                 )
             except GradingUnavailable as error:
                 grading_error = f"Not graded: {error}"
-        await self._call(self.recorder.run_finished, result, score, grading_error)
+        try:
+            await self._call(self.recorder.run_finished, result, score, grading_error)
+        finally:
+            await self.flush()

@@ -301,6 +301,8 @@ async def run_execute_async(
     except RunTakenOver:
         logger.warning("run %s was taken over by another execution; this one stopped", run_id)
     except Exception as error:
+        if recorder is not None:  # what was stored before the error goes out before run.finished
+            await _flush_quietly(recorder)
         await sync_to_async(run_fail)(run_id=run_id, error=short_error(error), fence=claim.fence)
         await sync_to_async(run_claim_release)(claim=claim)
         raise
@@ -308,6 +310,8 @@ async def run_execute_async(
         if heartbeat is not None:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
+        if recorder is not None:
+            await _flush_quietly(recorder)
     # Not on BaseException: a process being killed (or its loop stopped) cannot let go here;
     # its lease lapses, or its exit lets go (see ownership.py). A run this execution finished
     # is never claimed again: its row keeps who executed it, and saves a write.
@@ -315,6 +319,15 @@ async def run_execute_async(
         run_claim_forget(claim=claim)
     else:
         await sync_to_async(run_claim_release)(claim=claim)
+
+
+async def _flush_quietly(recorder: RecordingObserver) -> None:
+    """Send what the execution stored and has not sent yet; a failure to send is logged (the
+    events are stored, and a client that reconnects gets them)."""
+    try:
+        await recorder.flush()
+    except Exception:
+        logger.exception("run %s: could not send its live events", recorder.recorder.run_id)
 
 
 async def _keep_claim(claim: Claim) -> None:

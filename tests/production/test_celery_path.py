@@ -104,8 +104,11 @@ async def test_run_executes_on_a_celery_worker_and_streams_events_through_redis(
             on_layer: list[dict] = []
             while not on_layer or on_layer[-1]["type"] != wire.RUN_FINISHED:
                 message = await layer.receive(channel)
-                assert message["type"] == events.LAYER_MESSAGE_TYPE
-                on_layer.append(message["event"])
+                if message["type"] == events.LAYER_BATCH_TYPE:
+                    on_layer.extend(message["events"])
+                else:
+                    assert message["type"] == events.LAYER_MESSAGE_TYPE
+                    on_layer.append(message["event"])
         assert await page.receive_nothing(timeout=0.2)
     finally:
         await page.disconnect()

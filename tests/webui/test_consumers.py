@@ -222,3 +222,23 @@ async def test_a_closed_consumer_stops_listening_locally(sim_pool, viewer):
     await communicator.disconnect()
 
     assert run.pk not in delivery._local_listeners
+
+
+async def test_a_batch_from_another_process_arrives_in_order_once(sim_pool, viewer):
+    """A worker process sends each callback's events in one layer message (``run.events``)."""
+    run = await new_run(sim_pool)  # seq 1
+    held: list[dict] = []
+    items = [(wire.RUN_STATUS, {"status": "planning"}), (wire.RUN_STATUS, {"status": "running"})]
+    communicator = communicator_for(run.pk, viewer)
+    try:
+        await communicator.connect()
+        await communicator.receive_json_from()  # the snapshot, at seq 1
+        stored = await sync_to_async(events.publish_many)(run.pk, items, deliver=held.append)
+        batch = {"type": events.LAYER_BATCH_TYPE, "events": held}
+        await get_channel_layer().group_send(events.group_name(run.pk), batch)
+        arrived = [await communicator.receive_json_from() for _ in range(2)]
+        await get_channel_layer().group_send(events.group_name(run.pk), batch)
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+    assert arrived == stored and [event["seq"] for event in arrived] == [2, 3]

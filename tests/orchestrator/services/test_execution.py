@@ -27,7 +27,7 @@ async def drain(layer, channel: str) -> list[dict]:
             message = await asyncio.wait_for(layer.receive(channel), timeout=0.2)
         except TimeoutError:
             return received
-        received.append(message["event"])
+        received.extend(message["events"] if "events" in message else [message["event"]])
 
 
 @pytest.mark.django_db(transaction=True)

@@ -228,11 +228,11 @@ def test_events_reach_the_layer_in_seq_order_even_when_sending_is_slow(sim_pool,
     received: list[int] = []
     jitter = random.Random(3)
 
-    async def slow_send(event: dict) -> None:
+    async def slow_send(batch: list[dict]) -> None:
         await asyncio.sleep(jitter.random() / 200)  # a remote layer, answering unevenly
-        received.append(event["seq"])
+        received.extend(event["seq"] for event in batch)
 
-    monkeypatch.setattr(events_module, "send_async", slow_send)
+    monkeypatch.setattr(events_module, "send_many_async", slow_send)
     run = new_run(sim_pool, strategy="moa")  # four proposers run concurrently
     run_execute(run_id=run.pk)
     run.refresh_from_db()
