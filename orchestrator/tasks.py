@@ -32,6 +32,7 @@ from orchestrator.services.execution import RUN_EXECUTE_TASK
 
 log = logging.getLogger(__name__)
 
+
 @shared_task(
     bind=True,
     name=RUN_EXECUTE_TASK,
