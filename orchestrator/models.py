@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+from django.utils.text import slugify
 
 from orchestrator.engine.types import (
     DEFAULT_COST_BUDGET,
@@ -123,6 +124,11 @@ class Pool(models.Model):
     def is_simulated(self) -> bool:
         return self.conductor_model.startswith("sim/")
 
+    @property
+    def api_slug(self) -> str:
+        """The pool's name as a model name on the OpenAI-compatible endpoint."""
+        return slugify(self.name) or f"pool-{self.pk}"
+
 
 class Worker(models.Model):
     """A model of a pool. Its key stays in the environment: only the variable's name is stored."""
@@ -192,6 +198,15 @@ class Run(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays"
     )
     edits = models.JSONField(default=list, blank=True)
+    # Runs asked for over the OpenAI-compatible endpoint (/v1): the step of another run whose
+    # worker called this server (recursion), how deep in such calls this run is, call
+    # parameters for every worker (temperature), and the caller's own end-user id.
+    called_from = models.ForeignKey(
+        "Step", null=True, blank=True, on_delete=models.SET_NULL, related_name="nested_runs"
+    )
+    depth = models.PositiveSmallIntegerField(default=0)
+    worker_params = models.JSONField(default=dict, blank=True)
+    end_user = models.CharField(max_length=256, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
         related_name="runs",
@@ -324,3 +339,32 @@ class RunEvent(models.Model):
     class Meta:
         ordering = ["run", "seq"]
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="event_unique_seq")]
+
+
+class ApiKey(models.Model):
+    """A key to the OpenAI-compatible endpoint (/v1): one user's, for one project's pools.
+
+    Only a hash of the key is stored; the key itself is shown once, when it is made. ``prefix``
+    (its first characters) tells keys apart on the account page.
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=16)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user}, {self.project})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

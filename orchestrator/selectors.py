@@ -18,7 +18,17 @@ from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 from orchestrator import wire
 from orchestrator.engine import strategies
 from orchestrator.engine.grading import GRADER_KINDS
-from orchestrator.models import Membership, Plan, Pool, Project, Run, RunEvent, Step, Worker
+from orchestrator.models import (
+    ApiKey,
+    Membership,
+    Plan,
+    Pool,
+    Project,
+    Run,
+    RunEvent,
+    Step,
+    Worker,
+)
 
 ROLES_THAT_RUN = (Membership.Role.ADMIN, Membership.Role.REVIEWER)
 
@@ -348,4 +358,29 @@ def conductor_missing_keys(*, pool: Pool) -> list[str]:
         pool.conductor_model,
         api_base=pool.conductor_api_base,
         api_key_env=pool.conductor_api_key_env,
+    )
+
+
+def api_pools(*, project: Project | int) -> list[Pool]:
+    """The pools of one project that the OpenAI-compatible endpoint offers (those with an
+    enabled worker), by name, with their enabled workers in order."""
+    project_id = project if isinstance(project, int) else project.pk
+    pools = (
+        Pool.objects.filter(project_id=project_id)
+        .prefetch_related(
+            Prefetch(
+                "workers",
+                queryset=Worker.objects.filter(enabled=True).order_by("position", "id"),
+                to_attr="enabled_workers",
+            )
+        )
+        .order_by("name", "id")
+    )
+    return [pool for pool in pools if pool.enabled_workers]
+
+
+def api_keys_of(*, user: Any) -> QuerySet[ApiKey]:
+    """A user's API keys, newest first, with their project (never the key: only its prefix)."""
+    return ApiKey.objects.filter(user_id=user.pk).select_related("project").order_by(
+        "-created_at", "-id"
     )

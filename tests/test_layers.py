@@ -40,7 +40,7 @@ def offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
     [
         ("orchestrator", ("webui", "harness", "tests", "bench")),
         ("orchestrator/engine", ("django", "orchestrator.models", "orchestrator.providers")),
-        ("webui", ("orchestrator.engine", "orchestrator.providers", "orchestrator.tasks")),
+        ("webui", ("orchestrator.engine", "orchestrator.tasks")),
         ("bench", ("tests",)),
         ("orchestrator/services", ("orchestrator.tasks",)),
     ],

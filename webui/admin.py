@@ -12,7 +12,18 @@ from django.db import models
 from django.forms.fields import InvalidJSONInput
 
 from orchestrator import selectors
-from orchestrator.models import Membership, Plan, Pool, Project, Run, RunEvent, Step, Worker
+from orchestrator.models import (
+    ApiKey,
+    Membership,
+    Plan,
+    Pool,
+    Project,
+    Run,
+    RunEvent,
+    Step,
+    Worker,
+)
+from orchestrator.services.api_keys import api_key_revoke
 from webui.api.parsers import MAX_JSON_DEPTH, too_deep_in
 
 
@@ -244,3 +255,20 @@ class RunEventAdmin(ReadOnlyAdmin):
     list_filter = ("type",)
     raw_id_fields = ("run",)
     show_full_result_count = False
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(ReadOnlyAdmin):
+    """Keys for /v1: who holds which, when each was last used. Only the key's first characters
+    are stored in the clear; revoke with the action (the owner can, on their account page)."""
+
+    list_display = ("prefix", "name", "user", "project", "created_at", "last_used_at", "revoked_at")
+    list_filter = ("project",)
+    search_fields = ("prefix", "name", "user__username")
+    exclude = ("key_hash",)
+    actions: ClassVar = ["revoke"]
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke(self, request, queryset) -> None:
+        for api_key in queryset.filter(revoked_at__isnull=True):
+            api_key_revoke(user=api_key.user, key_id=api_key.pk)

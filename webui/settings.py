@@ -290,3 +290,16 @@ SESSION_COOKIE_SECURE = env_flag("DJANGO_SESSION_COOKIE_SECURE", behind_https)
 CSRF_COOKIE_SECURE = env_flag("DJANGO_CSRF_COOKIE_SECURE", behind_https)
 if env_flag("DJANGO_SECURE_PROXY_SSL_HEADER"):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# OpenAI-compatible endpoint (/v1) and telemetry ---------------------------------------------
+# How many calls through /v1 may nest (a pool whose worker is a pool of this server); deeper
+# calls are refused, which stops a pool that calls itself.
+CONDUCTOR_MAX_DEPTH = int(os.environ.get("CONDUCTOR_MAX_DEPTH", "3"))
+# Requests per minute one API key may make to /v1 (429 beyond).
+CONDUCTOR_API_RATE_LIMIT = int(os.environ.get("CONDUCTOR_API_RATE_LIMIT", "600"))
+# OpenTelemetry: with OTEL_EXPORTER_OTLP_ENDPOINT set, each finished run is exported as a
+# trace (OTLP/HTTP). Messages and responses go into spans only with this flag on.
+CONDUCTOR_OTEL_CAPTURE_MESSAGES = env_flag("CONDUCTOR_OTEL_CAPTURE_MESSAGES")
+# Training export: the reward of a decision whose workflow parsed but whose answer is wrong
+# (score 0); a right answer is worth 1, an unparsable workflow 0.
+CONDUCTOR_EXPORT_PARTIAL_CREDIT = float(os.environ.get("CONDUCTOR_EXPORT_PARTIAL_CREDIT", "0.5"))

@@ -7,5 +7,6 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/", include("webui.api.urls")),
+    path("v1/", include("webui.openai.urls")),
     path("", include("webui.page_urls")),
 ]

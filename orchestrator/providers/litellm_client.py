@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.engine.types import Completion, ConfigurationError, Message, ModelError
+from orchestrator.providers.calls import outgoing_headers
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 MAX_ERROR_LENGTH = 300
 # OpenAI-compatible servers that need no key (a local vLLM or Ollama) still get a non-empty one,
 # because the OpenAI SDK refuses to send a request without.
 NO_KEY_PLACEHOLDER = "no-key"
-_KEY_LIKE = re.compile(r"\b(sk|pk|rk)[-_][A-Za-z0-9_\-]{8,}")
+_KEY_LIKE = re.compile(r"\b(sk|pk|rk|cs)[-_][A-Za-z0-9_\-]{8,}")
 # What the OpenAI SDK says (and litellm passes on as a 500) when it was given no key at all.
 _NO_CREDENTIALS = ("Missing credentials", "api_key client option must be set")
 
@@ -114,6 +115,11 @@ class LiteLLMClient:
         }
         if self.api_base:
             arguments["api_base"] = self.api_base
+            # Another Conductor Studio server (or this one) reads them: depth limit, step link.
+            nesting = outgoing_headers()
+            if nesting:
+                extra = dict(arguments.get("extra_headers") or {})
+                arguments["extra_headers"] = {**extra, **nesting}
         if api_key is not None:
             arguments["api_key"] = api_key
         started = time.perf_counter()

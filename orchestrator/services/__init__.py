@@ -7,4 +7,7 @@
   its lease and fencing token, the interruption limit).
 - ``recovery``: ``inline_recovery_start`` (a server resumes the runs no live execution holds).
 - ``pools``: ``pool_sync_from_data`` (used by ``seed_demo``).
+- ``api_keys``: ``api_key_create``, ``api_key_revoke``, ``api_key_authenticate`` (keys for /v1).
+- ``chat``: ``chat_run_create`` (a /v1 chat request as a run); ``nesting``: the calling step of a
+  worker that is a pool of a Conductor Studio server.
 """

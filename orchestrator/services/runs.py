@@ -34,10 +34,12 @@ from orchestrator.engine.types import (
     WorkerInfo,
 )
 from orchestrator.models import Membership, Plan, Pool, Run, Step, Worker
+from orchestrator.providers.calls import nested_depth
 from orchestrator.records import resume_state_from_rows
 from orchestrator.selectors import user_can_run, user_role
 from orchestrator.services.ending import close_open_steps, lock_open_steps, run_end_reason, run_fail
 from orchestrator.services.grading import code_grading_problem
+from orchestrator.services.nesting import CallingStepObserver
 from orchestrator.services.ownership import (
     Claim,
     new_executor_token,
@@ -48,6 +50,7 @@ from orchestrator.services.ownership import (
 )
 from orchestrator.services.recorder import RunClosed, RunTakenOver
 from orchestrator.services.recording import RecordingObserver
+from orchestrator.telemetry import run_trace_enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +71,7 @@ def run_create(
     grader: str = "",
     created_by: Any = None,
     enqueue: bool = True,
+    extra: Mapping[str, Any] | None = None,
 ) -> Run:
     """Create a queued run of ``input`` on ``pool`` and, once committed, start executing it.
 
@@ -80,6 +84,7 @@ def run_create(
     its sandbox cannot run here. With no ``grader`` but a reference, the grader is chosen from the
     reference's form (a number: numeric; a letter: choice; else exact).
     Publishes ``run.status`` queued. ``enqueue=False`` leaves execution to the caller (the CLI).
+    ``extra``: more Run fields, set by other services (``chat_run_create``: depth, called_from).
     """
     if created_by is not None and not user_can_run(user=created_by, project=pool.project_id):
         raise PermissionDenied("Only admins and reviewers of the project may start runs.")
@@ -143,6 +148,7 @@ def run_create(
             reference=reference,
             grader=grader if reference else "",
             created_by=created_by,
+            **dict(extra or {}),
         )
         events.publish(run.pk, wire.RUN_STATUS, {"status": Run.Status.QUEUED.value})
         if enqueue:
@@ -271,8 +277,10 @@ async def run_execute_async(
     claim = execution.claim
     heartbeat = asyncio.create_task(_keep_claim(claim)) if claim.lease_seconds else None
     recorder: RecordingObserver | None = None
+    # Calls this run makes to a pool of a Conductor Studio server nest one level deeper.
+    nested_depth.set(run.depth + 1)
     try:
-        workers = [_worker_info(worker) for worker in execution.workers]
+        workers = [_worker_info(worker, run.worker_params) for worker in execution.workers]
         conductor = _conductor_client(execution.pool) if run.strategy == "conductor" else None
         strategy = build_strategy(
             run.strategy, conductor=conductor, options=dict(run.strategy_options or {})
@@ -293,7 +301,9 @@ async def run_execute_async(
             strategy=strategy,
             workers=workers,
             settings=run_settings_for(execution.pool),
-            observer=recorder if observer is None else _Observers(recorder, observer),
+            observer=_Observers(
+                recorder, CallingStepObserver(recorder), *([observer] if observer else [])
+            ),
             resume=execution.resume(),
         )
     except RunClosed as closed:
@@ -305,7 +315,10 @@ async def run_execute_async(
             await _flush_quietly(recorder)
         await sync_to_async(run_fail)(run_id=run_id, error=short_error(error), fence=claim.fence)
         await sync_to_async(run_claim_release)(claim=claim)
+        run_trace_enqueue(run_id=run_id)
         raise
+    else:
+        run_trace_enqueue(run_id=run_id)
     finally:
         if heartbeat is not None:
             heartbeat.cancel()
@@ -385,14 +398,16 @@ def run_settings_for(pool: Pool) -> RunSettings:
     )
 
 
-def _worker_info(worker: Worker) -> WorkerInfo:
+def _worker_info(worker: Worker, run_params: Mapping[str, Any] | None = None) -> WorkerInfo:
+    """The engine's view of a worker; ``run_params`` (the run's own call parameters, such as a
+    temperature asked for over /v1) override the worker's."""
     from orchestrator.providers import make_client
 
     client = make_client(
         worker.model,
         api_base=worker.api_base,
         api_key_env=worker.api_key_env,
-        params=dict(worker.params or {}),
+        params={**dict(worker.params or {}), **dict(run_params or {})},
         price_in=worker.price_in,
         price_out=worker.price_out,
     )
@@ -497,6 +512,7 @@ def _cancel(run_id: int) -> Run:
         from orchestrator.services.execution import run_stop_inline
 
         transaction.on_commit(lambda: run_stop_inline(run_id=run_id))
+        transaction.on_commit(lambda: run_trace_enqueue(run_id=run_id))
     return run
 
 

@@ -168,11 +168,28 @@ class MessageOutputSerializer(serializers.Serializer):
     content = serializers.CharField()
 
 
+class NestedRunOutputSerializer(serializers.Serializer):
+    """A run that a step's worker started through /v1 (a pool of this server as a worker)."""
+
+    id = serializers.IntegerField()
+    status = serializers.CharField()
+    url = serializers.SerializerMethodField()
+
+    def get_url(self, run) -> str:
+        return reverse("run-detail", args=[run["id"]])
+
+
 class StepDetailOutputSerializer(StepWithResponseOutputSerializer):
     """One step with exactly what it was sent and what came back."""
 
     run = serializers.IntegerField(source="run_id")
     messages = MessageOutputSerializer(many=True)
+    nested_runs = serializers.SerializerMethodField()
+
+    @extend_schema_field(NestedRunOutputSerializer(many=True))
+    def get_nested_runs(self, step) -> list[dict]:
+        runs = step.nested_runs.order_by("id").values("id", "status")
+        return NestedRunOutputSerializer(runs, many=True).data
 
 
 class PlanAttemptOutputSerializer(serializers.Serializer):
@@ -218,5 +235,12 @@ class RunDetailOutputSerializer(RunSummaryOutputSerializer):
     reference = serializers.CharField()
     grader = serializers.CharField()
     replay_of = serializers.IntegerField(source="replay_of_id", allow_null=True)
+    called_from = serializers.IntegerField(
+        source="called_from_id",
+        allow_null=True,
+        help_text="The step whose worker started this run through /v1 (recursion), if any.",
+    )
+    depth = serializers.IntegerField(help_text="How many /v1 calls deep the run is (0: a client's).")
+    end_user = serializers.CharField(help_text="The `user` a /v1 client sent, if any.")
     plans = PlanOutputSerializer(many=True)
     steps = StepWithResponseOutputSerializer(many=True)

@@ -5,6 +5,8 @@ from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
 import webui.converters  # noqa: F401  (registers the <id:...> path converter)
+from webui.api.exports import TrajectoryExportApi
+from webui.api.keys import ApiKeyListCreateApi, ApiKeyRevokeApi
 from webui.api.pools import PoolListApi
 from webui.api.runs import RunCancelApi, RunDetailApi, RunGraphApi, RunListCreateApi
 from webui.api.steps import StepDetailApi
@@ -24,5 +26,11 @@ urlpatterns = [
     path("runs/<id:run_id>/cancel/", RunCancelApi.as_view(), name="api-run-cancel"),
     path("steps/<id:step_id>/", StepDetailApi.as_view(), name="api-step-detail"),
     path("pools/", PoolListApi.as_view(), name="api-pool-list"),
+    path("keys/", ApiKeyListCreateApi.as_view(), name="api-key-list"),
+    path("keys/<id:key_id>/revoke/", ApiKeyRevokeApi.as_view(), name="api-key-revoke"),
+    path(
+        "export/trajectories.jsonl", TrajectoryExportApi.as_view(), name="api-export-trajectories"
+    ),
+    # Last: anything else under /api/ is the API's own 404.
     re_path(r"^.*/$", api_not_found),
 ]

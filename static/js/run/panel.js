@@ -83,6 +83,7 @@ export class DetailsPanel {
       ...fact("Started", step.started_at ? new Date(step.started_at).toLocaleTimeString() : "—"),
       ...fact("Finished", step.finished_at ? new Date(step.finished_at).toLocaleTimeString() : "—"),
       ...(step.reused_from ? fact("Reused from", `step ${step.reused_from} of another run`) : []),
+      ...nestedRunsFact(step.nested_runs),
     );
     const sections = [
       facts,
@@ -224,6 +225,15 @@ export class DetailsPanel {
       this.showPlan(this.showing.round, { refresh: true });
     }
   }
+}
+
+// Runs this step's worker started through /v1 (a pool of this server used as a worker).
+function nestedRunsFact(runs) {
+  if (!Array.isArray(runs) || !runs.length) return [];
+  const links = runs.map((run) =>
+    element("li", {}, element("a", { href: run.url, class: "nested-run-link" }, `Run ${run.id} (${run.status})`)),
+  );
+  return fact("Nested run", element("ul", { class: "nested-runs" }, ...links));
 }
 
 function fact(label, value) {

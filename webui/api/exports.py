@@ -1,0 +1,89 @@
+"""Training export: the conductor's decisions of the runs a filter selects, as JSON Lines."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.settings import api_settings
+from rest_framework.views import APIView
+
+from orchestrator import selectors
+from orchestrator.models import ApiKey
+from orchestrator.trajectories import trajectory_lines
+from webui.api.authentication import ApiKeyAuthentication
+from webui.api.runs import RunListCreateApi
+
+# Lines handed to the server per hop to the database thread.
+LINES_PER_BATCH = 500
+
+
+class TrajectoryExportApi(APIView):
+    """One JSON line per conductor decision of the runs that match the runs list's filters:
+    ``prompt`` (chat messages) and ``completion`` (the conductor's raw output) as TRL's
+    prompt/completion datasets expect, the parsed ``workflow`` or the ``parse_error``, the run's
+    ``answer``, ``reference`` and ``score``, and a ``reward`` (0 when the output did not parse,
+    else ``partial_credit + (1 - partial_credit) * score``). Streamed: any number of runs.
+    Also takes a /v1 API key as ``Authorization: Bearer <key>``: then only its project's runs."""
+
+    authentication_classes = [*api_settings.DEFAULT_AUTHENTICATION_CLASSES, ApiKeyAuthentication]
+
+    class QuerySerializer(RunListCreateApi.FilterSerializer):
+        project = serializers.IntegerField(required=False, min_value=1)
+        partial_credit = serializers.FloatField(
+            required=False,
+            min_value=0.0,
+            max_value=1.0,
+            help_text="Reward of a parsed workflow whose answer scored 0 (default from settings).",
+        )
+
+    @extend_schema(
+        operation_id="export_trajectories",
+        parameters=[QuerySerializer],
+        responses={
+            (200, "application/jsonl"): OpenApiResponse(
+                OpenApiTypes.STR, description="JSON Lines, one conductor decision per line."
+            )
+        },
+    )
+    def get(self, request: Request) -> StreamingHttpResponse:
+        query = self.QuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        filters = dict(query.validated_data)
+        partial_credit = filters.pop("partial_credit", settings.CONDUCTOR_EXPORT_PARTIAL_CREDIT)
+        if isinstance(request.auth, ApiKey):
+            wanted = filters.get("project", request.auth.project_id)
+            # A key reaches its own project only; asking for another finds nothing.
+            filters["project"] = wanted if wanted == request.auth.project_id else -1
+        runs = selectors.run_list(user=request.user, **filters)
+        lines = trajectory_lines(runs=runs, partial_credit=partial_credit)
+        response = StreamingHttpResponse(
+            _batched(lines), content_type="application/jsonl; charset=utf-8"
+        )
+        response["Content-Disposition"] = 'attachment; filename="trajectories.jsonl"'
+        return response
+
+
+async def _batched(lines: Iterator[str]) -> AsyncIterator[str]:
+    """The lines in batches, each read on the database thread: under ASGI a plain iterator
+    would be read to its end into memory before the first byte is sent."""
+
+    def next_batch() -> str:
+        batch = []
+        for line in lines:
+            batch.append(line)
+            if len(batch) >= LINES_PER_BATCH:
+                break
+        return "".join(batch)
+
+    while True:
+        text = await sync_to_async(next_batch)()
+        if not text:
+            return
+        yield text
