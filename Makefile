@@ -9,7 +9,7 @@ JS_STAMP := static/vendor/.installed
 # The production path's services (started by .ci/run; on a laptop, point these at yours).
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
-BENCHES := parse engine_overhead concurrency suite stored_overhead check_time celery_throughput graph_render live_latency runs_list
+BENCHES := parse engine_overhead concurrency suite stored_overhead check_time celery_throughput graph_render live_latency runs_list load
 BENCHES += openai_endpoint export
 
 .PHONY: install demo serve test test-fast test-production bench clean

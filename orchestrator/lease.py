@@ -36,7 +36,7 @@ return 0
 
 
 @functools.cache
-def _redis_client(url: str):
+def redis_client(url: str):
     """One client (and connection pool) per process; made lazily, so after a worker forks."""
     import redis  # only the Celery path needs it
 
@@ -54,7 +54,7 @@ class RunLease:
         self.key = f"{LEASE_KEY_PREFIX}{run_id}"
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
         self.milliseconds = max(1, int(seconds * 1000))
-        self._client = _redis_client(redis_url)
+        self._client = redis_client(redis_url)
         self._stopped = threading.Event()
         self._heartbeat: threading.Thread | None = None
 

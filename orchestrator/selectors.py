@@ -217,6 +217,15 @@ def run_get(*, user: Any, run_id: int) -> Run | None:
     )
 
 
+def run_ids_queued_before(before: datetime, *, limit: int) -> list[int]:
+    """Ids of runs created before ``before`` and still queued, oldest first (for the sweep)."""
+    return list(
+        Run.objects.filter(status=Run.Status.QUEUED, created_at__lt=before)
+        .order_by("created_at", "id")
+        .values_list("pk", flat=True)[:limit]
+    )
+
+
 def run_detail(*, user: Any, run_id: int) -> Run | None:
     """A run with its plans and steps prefetched (two more queries), or None."""
     return (

@@ -17,20 +17,35 @@ the run's fencing token goes up, so a worker that stalled past its lease and wak
 cannot record anything more, and a run whose earlier workers all died holding it is failed
 once that happened ``CONDUCTOR_RUN_MAX_INTERRUPTIONS`` times, instead of being delivered again
 forever.
+
+A database that is away or full (too many clients; a pool timeout, which Django raises as an
+OperationalError too) fails the task, which is retried with backoff and resumes the run. Runs left
+``queued`` because their message was lost are enqueued again by ``runs_requeue_stale_task``, which
+the workers send periodically (webui/celery.py); a duplicate delivery is harmless (status check,
+then the lease).
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from celery import Task, shared_task
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from django.utils import timezone
 
-from orchestrator.lease import RunLease
+from orchestrator import selectors
+from orchestrator.lease import LEASE_KEY_PREFIX, RunLease, redis_client
 from orchestrator.models import Run
 from orchestrator.services.execution import RUN_EXECUTE_TASK
 
 log = logging.getLogger(__name__)
+
+REQUEUE_KEY_PREFIX = "conductor:run-requeued:"
+# Errors that mean "the database is not available right now", not "this run is broken".
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
+STALE_RUNS_PER_SWEEP = 1000
 
 
 @shared_task(
@@ -40,6 +55,10 @@ log = logging.getLogger(__name__)
     reject_on_worker_lost=True,
     ignore_result=True,
     max_retries=None,
+    autoretry_for=DATABASE_UNAVAILABLE,
+    retry_backoff=1,
+    retry_backoff_max=60,
+    retry_jitter=True,
 )
 def run_execute_task(self: Task, run_id: int) -> None:
     """Execute (or resume) run ``run_id``. Idempotent: a finished or missing run is a no-op."""
@@ -53,7 +72,7 @@ def run_execute_task(self: Task, run_id: int) -> None:
         return
     redis_url = settings.REDIS_URL
     if not redis_url:  # an in-process broker (tests, eager mode): there is no second worker
-        run_execute(run_id=run_id)
+        run_execute(run_id=run_id, resumable=True)
         return
     lease_seconds = settings.CONDUCTOR_RUN_LEASE_SECONDS
     lease = RunLease(run_id, redis_url=redis_url, seconds=lease_seconds)
@@ -65,4 +84,29 @@ def run_execute_task(self: Task, run_id: int) -> None:
     with lease:
         # The Redis lease makes this delivery the run's only executor: take the run over (its
         # fence goes up, so a stalled earlier holder can no longer record anything).
-        run_execute(run_id=run_id, executor=lease.token, exclusive=True)
+        run_execute(run_id=run_id, executor=lease.token, exclusive=True, resumable=True)
+
+
+@shared_task(name="orchestrator.tasks.runs_requeue_stale_task", ignore_result=True)
+def runs_requeue_stale_task() -> None:
+    """Enqueue again the runs still queued past CONDUCTOR_QUEUED_DEADLINE_SECONDS.
+
+    A run whose lease is held is being executed and is left alone; any other gets one new message
+    per deadline at most, so a long backlog is not multiplied at every sweep.
+    """
+    from orchestrator.services.execution import run_enqueue
+
+    deadline = settings.CONDUCTOR_QUEUED_DEADLINE_SECONDS
+    client = redis_client(settings.REDIS_URL)
+    stale = selectors.run_ids_queued_before(
+        timezone.now() - timedelta(seconds=deadline), limit=STALE_RUNS_PER_SWEEP
+    )
+    for run_id in stale:
+        if client.exists(f"{LEASE_KEY_PREFIX}{run_id}"):
+            continue
+        if not client.set(
+            f"{REQUEUE_KEY_PREFIX}{run_id}", "1", nx=True, px=max(1, int(deadline * 1000))
+        ):
+            continue
+        log.warning("run %s was still queued after %gs; enqueuing it again", run_id, deadline)
+        run_enqueue(run_id=run_id)

@@ -74,6 +74,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
+# A busy database (pool exhausted, too many clients) answers 503 with Retry-After, never 500.
+MIDDLEWARE = [*MIDDLEWARE, "webui.middleware.DatabaseBusyMiddleware"]
+
 ROOT_URLCONF = "webui.urls"
 ASGI_APPLICATION = "webui.asgi.application"
 
@@ -93,7 +96,9 @@ TEMPLATES = [
 ]
 
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+    # No persistent per-request connections (conn_max_age=0): the web process borrows from a
+    # bounded pool instead; see "Database connections" below.
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 else:
     DATABASES = {
         "default": {
@@ -113,6 +118,38 @@ else:
     }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Database connections: bounded ---------------------------------------------------------------
+# On PostgreSQL each web process keeps a pool of at most CONDUCTOR_DB_POOL_MAX_SIZE connections,
+# whatever the number of clients: a request borrows one for its duration and waits up to
+# CONDUCTOR_DB_POOL_TIMEOUT seconds for a free one, then gets a 503 with Retry-After
+# (webui.middleware). Celery workers turn the pool off when they start (webui/celery.py): a
+# worker process holds one connection at most. A deployment needs at most
+# web processes x CONDUCTOR_DB_POOL_MAX_SIZE + total Celery concurrency connections (README).
+CONDUCTOR_DB_POOL_MIN_SIZE = int(os.environ.get("CONDUCTOR_DB_POOL_MIN_SIZE", "2"))
+# Small on purpose: a Daphne process runs Python on one core at a time, so more connections add
+# threads that contend with the event loop (which carries the websockets), not throughput.
+CONDUCTOR_DB_POOL_MAX_SIZE = int(os.environ.get("CONDUCTOR_DB_POOL_MAX_SIZE", "4"))
+# Long enough that an overloaded server answers slowly before it refuses (psycopg's default).
+CONDUCTOR_DB_POOL_TIMEOUT = float(os.environ.get("CONDUCTOR_DB_POOL_TIMEOUT", "30"))
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    if CONDUCTOR_DB_POOL_MAX_SIZE > 0:
+        # With a pool, health checks make the pool check a connection before handing it out: one
+        # the server dropped (restart, idle timeout) is replaced, not given to a request.
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": min(CONDUCTOR_DB_POOL_MIN_SIZE, CONDUCTOR_DB_POOL_MAX_SIZE),
+            "max_size": CONDUCTOR_DB_POOL_MAX_SIZE,
+            "timeout": CONDUCTOR_DB_POOL_TIMEOUT,
+        }
+    # A Celery worker keeps its one connection across tasks and closes it only when it failed
+    # (webui/celery.py); Celery's Django fixup would close it after every task (a new
+    # PostgreSQL backend per run). It closes connections only every 2 x this many tasks.
+    CELERY_DB_REUSE_MAX = 2**30
+    # Behind PgBouncer in transaction mode a server-side cursor cannot outlive its transaction.
+    if env_flag("CONDUCTOR_DB_TRANSACTION_POOLER"):
+        DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+# --- end of database connections -----------------------------------------------------------------
 
 if REDIS_URL:
     CHANNEL_LAYERS = {
@@ -177,6 +214,15 @@ if CONDUCTOR_RUN_MAX_INTERRUPTIONS < 1 or CONDUCTOR_RUN_LEASE_SECONDS <= 0:
         "CONDUCTOR_RUN_MAX_INTERRUPTIONS must be at least 1 and CONDUCTOR_RUN_LEASE_SECONDS "
         "above 0."
     )
+
+# --- Lost runs -----------------------------------------------------------------------------------
+# A run still queued this long after its creation is handed to Celery again (its message was
+# lost); Celery workers look for such runs every CONDUCTOR_SWEEP_INTERVAL_SECONDS (0: never).
+CONDUCTOR_QUEUED_DEADLINE_SECONDS = float(
+    os.environ.get("CONDUCTOR_QUEUED_DEADLINE_SECONDS", "300")
+)
+CONDUCTOR_SWEEP_INTERVAL_SECONDS = float(os.environ.get("CONDUCTOR_SWEEP_INTERVAL_SECONDS", "60"))
+# --- end of lost runs ----------------------------------------------------------------------------
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

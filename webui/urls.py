@@ -10,3 +10,6 @@ urlpatterns = [
     path("v1/", include("webui.openai.urls")),
     path("", include("webui.page_urls")),
 ]
+
+# A busy database met outside a view answers 503, like one met inside (webui/middleware.py).
+handler500 = "webui.middleware.server_error"

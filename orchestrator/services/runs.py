@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import threading
@@ -15,7 +16,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from orchestrator import events, wire
@@ -155,8 +156,10 @@ def run_create(
             from orchestrator.services.execution import run_enqueue
 
             run_id = run.pk
-            transaction.on_commit(lambda: run_enqueue(run_id=run_id))
-    run.refresh_from_db(fields=["last_seq"])
+            # robust: a broker that is away does not turn a stored run into an error; the run
+            # stays queued and the workers' sweep enqueues it again (orchestrator/tasks.py).
+            transaction.on_commit(lambda: run_enqueue(run_id=run_id), robust=True)
+        run.refresh_from_db(fields=["last_seq"])
     return run
 
 
@@ -237,14 +240,23 @@ class _Execution:
         return {field: getattr(self.run, field) for field in wire.TOTAL_FIELDS}
 
 
-def run_execute(*, run_id: int, executor: str | None = None, exclusive: bool = False) -> None:
+def run_execute(
+    *,
+    run_id: int,
+    executor: str | None = None,
+    exclusive: bool = False,
+    resumable: bool = False,
+) -> None:
     """Execute a run to its end, from sync code (a Celery task, the CLI).
 
+    ``resumable``: see ``run_execute_async``.
     Runs ``run_execute_async`` on a fresh event loop; its database work comes back to the
     calling thread, so it uses this thread's connection (and transaction, in tests).
     Must not be called from a thread that runs an event loop.
     """
-    async_to_sync(run_execute_async)(run_id=run_id, executor=executor, exclusive=exclusive)
+    async_to_sync(run_execute_async)(
+        run_id=run_id, executor=executor, exclusive=exclusive, resumable=resumable
+    )
 
 
 async def run_execute_async(
@@ -253,6 +265,7 @@ async def run_execute_async(
     observer: RunObserver | None = None,
     executor: str | None = None,
     exclusive: bool = False,
+    resumable: bool = False,
 ) -> None:
     """Execute a run: plan, call the workers, store every step and publish its events.
 
@@ -266,6 +279,10 @@ async def run_execute_async(
     by default): leased and renewed by a heartbeat, or, with ``exclusive``, taken over because
     the caller holds an exclusive lease elsewhere (Celery's). A run another execution holds is
     not executed; one taken over while this execution runs stops it at its next callback.
+
+    With ``resumable`` (the caller executes the run again later: the Celery task retries), a
+    database that is away or full is not the run's fault: the error propagates and the run is
+    left as it is, to be resumed.
     """
     execution = await sync_to_async(_load_execution)(
         run_id=run_id, executor=executor or new_executor_token(), exclusive=exclusive
@@ -310,6 +327,16 @@ async def run_execute_async(
         logger.info("run %s finished elsewhere (%s); execution stopped", run_id, closed)
     except RunTakenOver:
         logger.warning("run %s was taken over by another execution; this one stopped", run_id)
+    except (OperationalError, InterfaceError) as error:
+        if not resumable:
+            await sync_to_async(record_run_failed)(
+                run_id=run_id, error=short_error(error), fence=claim.fence
+            )
+            run_trace_enqueue(run_id=run_id)
+        # Let go if the database allows it (a retry takes the run over in any case).
+        with contextlib.suppress(OperationalError, InterfaceError):
+            await sync_to_async(run_claim_release)(claim=claim)
+        raise
     except Exception as error:
         if recorder is not None:  # what was stored before the error goes out before run.finished
             await _flush_quietly(recorder)

@@ -24,6 +24,7 @@ import pytest
 from django.conf import settings
 
 from harness.celery_worker import spawn_celery_worker, wait_until_ready
+from harness.daphne import DaphneProcess, spawn_daphne
 
 # Short enough that a killed worker's run is delivered again within seconds.
 VISIBILITY_TIMEOUT_SECONDS = 3
@@ -175,3 +176,31 @@ def start_celery_worker(
     yield start
     for worker in started:
         worker.kill()
+
+
+@pytest.fixture
+def start_daphne(
+    route_runs_to: str, transactional_db, tmp_path: Path
+) -> Iterator[Callable[..., DaphneProcess]]:
+    """Start real Daphne processes on the test database, Redis and the session's Celery queue;
+    stop them all at teardown. Keyword arguments become environment variables of the server."""
+    started: list[DaphneProcess] = []
+
+    def start(**env_overrides: str) -> DaphneProcess:
+        env = {
+            **os.environ,
+            "DATABASE_URL": test_database_url(),
+            "REDIS_URL": settings.REDIS_URL,
+            "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY", "test-only"),
+            "CONDUCTOR_EXECUTION": "celery",
+            "CONDUCTOR_CELERY_QUEUE": route_runs_to,
+            "LOG_LEVEL": "WARNING",
+            **env_overrides,
+        }
+        server = spawn_daphne(env=env, log_path=tmp_path / f"daphne{len(started) + 1}.log")
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

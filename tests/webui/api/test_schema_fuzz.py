@@ -28,6 +28,7 @@ from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from orchestrator.models import Run
+from orchestrator.services.api_keys import api_key_create
 from orchestrator.services.runs import run_create, run_execute
 from tests.factories import make_pool
 
@@ -36,7 +37,8 @@ MODES = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGAT
 # A schema-valid run request is still refused (400) when its pool is not one of the user's or
 # its options do not fit the pool: the schema cannot say which ids exist. Every other check
 # still applies to it, and the variant with a real pool shows valid requests are accepted.
-DATA_DEPENDENT = {("POST", "/api/runs/")}
+# The same for a key request naming a project that is not the user's.
+DATA_DEPENDENT = {("POST", "/api/runs/"), ("POST", "/api/keys/")}
 
 
 @dataclass
@@ -79,7 +81,9 @@ def _with_body_values(values: dict[str, Any]):
     return apply
 
 
-def test_every_operation_keeps_to_its_schema(wsgi_app, project_admin, sim_pool, stored_runs):
+def test_every_operation_keeps_to_its_schema(
+    wsgi_app, project, project_admin, sim_pool, stored_runs
+):
     token = Token.objects.create(user=project_admin)
     schema = schemathesis.openapi.from_wsgi("/api/schema/", wsgi_app)
     # The admin's token on every request and no made-up credentials, so the auth check can tell
@@ -88,7 +92,12 @@ def test_every_operation_keeps_to_its_schema(wsgi_app, project_admin, sim_pool, 
     # DRF refuses NUL characters in text with a 400 (PostgreSQL cannot store them), which the
     # schema does not say; generating them would only find that.
     schema.config.generation.update(with_security_parameters=False, allow_x00=False)
-    known_ids = {"run_id": stored_runs[0].pk, "step_id": stored_runs[0].steps.first().pk}
+    api_key, _ = api_key_create(user=project_admin, project=project, name="fuzzed")
+    known_ids = {
+        "run_id": stored_runs[0].pk,
+        "step_id": stored_runs[0].steps.first().pk,
+        "key_id": api_key.pk,
+    }
     figures = Figures()
     started = time.perf_counter()
 
@@ -106,9 +115,11 @@ def test_every_operation_keeps_to_its_schema(wsgi_app, project_admin, sim_pool, 
         if path_names:  # also on rows that exist, not only on ids no one has
             existing = {name: known_ids[name] for name in path_names}
             variants.append(("existing", MODES, existing, None))
-        if operation.body:  # also valid requests on a pool the user may run on
-            with_pool = _with_body_values({"pool": sim_pool.pk})
-            variants.append(("real pool", MODES[:1], None, with_pool))
+        if operation.body:  # also valid requests on a pool or project the user may use
+            real = {"/api/keys/": {"project": project.slug}}.get(
+                operation.path, {"pool": sim_pool.pk}
+            )
+            variants.append(("real rows", MODES[:1], None, _with_body_values(real)))
         for variant, modes, path_parameters, transform in variants:
             for mode in modes:
                 strategy = operation.as_strategy(
