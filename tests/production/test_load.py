@@ -22,7 +22,7 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 
 from harness.connections import WEB_APP_NAME, WORKER_APP_NAME, ConnectionSampler
-from orchestrator import events
+from orchestrator import wire
 from orchestrator.models import Membership, Run
 from orchestrator.providers.simulator import demo_pool
 from orchestrator.services.pools import pool_sync_from_data, project_get_or_create
@@ -238,7 +238,7 @@ def test_two_web_processes_and_two_workers_serve_the_same_users(
                         headers={"Cookie": f"sessionid={stack.session}", "Origin": server.url},
                     )
                     snapshot = await socket.receive_json(timeout=30)
-                    assert snapshot["type"] == events.SNAPSHOT and snapshot["seq"] == 1
+                    assert snapshot["type"] == wire.SNAPSHOT and snapshot["seq"] == 1
                     sockets.append((run_id, server.url, socket))
             # Every socket listens; now two workers (on neither web process) execute the runs,
             # so every later event reaches every socket through channels_redis.
@@ -247,7 +247,7 @@ def test_two_web_processes_and_two_workers_serve_the_same_users(
 
             async def listen(run_id: int, url: str, socket) -> tuple[int, str, list[dict]]:
                 live: list[dict] = []
-                while not live or live[-1]["type"] != events.RUN_FINISHED:
+                while not live or live[-1]["type"] != wire.RUN_FINISHED:
                     live.append(await socket.receive_json(timeout=RUN_TIMEOUT))
                 await socket.close()
                 return run_id, url, live
