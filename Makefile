@@ -11,6 +11,8 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/postgres
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 BENCHES := parse engine_overhead concurrency suite stored_overhead check_time celery_throughput graph_render live_latency runs_list load
 BENCHES += openai_endpoint export
+# Two Daphne processes and two Celery workers, 1,000 websocket clients (PostgreSQL and Redis).
+BENCHES += live_fanout
 
 .PHONY: install demo serve test test-fast test-production bench clean
 

@@ -14,8 +14,8 @@ Chromium (Playwright) logs in, then for each run:
   open one round by clicking its group, and ``click_ms`` then includes opening the round.
 
 The 500- and 5,000-step runs are visited three times, each in a fresh page, and the median visit
-(by ``click_ms``) kept; the 50,000-step run once. Target: ``click_ms`` at most 2,000 for 5,000
-steps.
+(by ``click_ms``) kept; the 50,000-step run once. Targets: the 5,000-step run drawn and clicked
+within 1,500 ms (``graph_ms`` and ``click_ms``), the 50,000-step run clicked within 3,000 ms.
 
 Run from the repository root: ``python -m bench.graph_render``. Ends with one JSON line.
 """
@@ -49,7 +49,8 @@ SIZES = ((500, 5), (5_000, 5), (50_000, 10))
 """(steps, rounds) of each run."""
 CHAIN = 10
 FAN_IN = 20
-TARGET_MS = 2000
+TARGET_MS = 1500
+TARGET_MS_50000 = 3000
 VISITS = {500: 3, 5_000: 3, 50_000: 1}
 """Visits per run; the median is kept (the first visit also warms the server's caches)."""
 
@@ -251,8 +252,10 @@ def main() -> int:
         "steps_500": results["500"],
         "steps_5000": results["5000"],
         "steps_50000": results["50000"],
-        "target_click_ms_5000": TARGET_MS,
-        "meets_target": results["5000"]["click_ms"] <= TARGET_MS,
+        "target_ms_5000": TARGET_MS,
+        "target_click_ms_50000": TARGET_MS_50000,
+        "meets_target_5000": results["5000"]["click_ms"] <= TARGET_MS,
+        "meets_target_50000": results["50000"]["click_ms"] <= TARGET_MS_50000,
         # Other work on this two-core machine shows in every figure: say how busy it was.
         "load_average_1min": round(os.getloadavg()[0], 2),
     }

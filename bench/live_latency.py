@@ -56,6 +56,7 @@ QUESTIONS = (
 )
 TARGET_P95_MS = 50.0
 LATENCY_SCALE = "1"
+CONDUCTOR_SECONDS = 3.0
 
 # Patches the run page's handler to time each live step.finished it handles.
 BROWSER_PROBE = """() => {
@@ -96,6 +97,9 @@ async def watch(
                     (event["run"], event["seq"], (received - finished_at(event)) * 1000)
                 )
             elif event["type"] == "run.finished":
+                return True
+            elif event["type"] == "snapshot" and event["state"]["run"].get("finished_at"):
+                # On a busy machine the run may end before every client has connected.
                 return True
     return False
 
@@ -147,6 +151,12 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
 
     server = start_live_server(extra_env={"CONDUCTOR_SIM_LATENCY_SCALE": LATENCY_SCALE})
+    # The conductor takes CONDUCTOR_SECONDS to plan, so the clients and the page are watching
+    # before the first step starts, even on a busy machine.
+    server.shell(
+        "from orchestrator.models import Pool\n"
+        f"Pool.objects.update(conductor_params={{'latency': {CONDUCTOR_SECONDS}}})\n"
+    )
     client_latencies: list[tuple[int, int, float]] = []  # (run, seq, ms)
     browser_latencies: list[float] = []
     try:
@@ -179,7 +189,8 @@ def main() -> int:
                 viewer.goto(f"/runs/{run_id}/")
                 wait_for_js(
                     viewer,
-                    "window.runPage && (window.runPage.live.socket || window.runPage.live.stopped)",
+                    # A boolean: a WebSocket object comes back as {}, which Python takes as false.
+                    "!!(window.runPage && (window.runPage.live.socket || window.runPage.live.stopped))",
                 )
                 viewer.evaluate(BROWSER_PROBE)
                 saw_the_end = watching.result(timeout=120)

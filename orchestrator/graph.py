@@ -44,6 +44,19 @@ COLLAPSE_ABOVE: Final = 6000
 """Whole-run graphs with more steps than this send their rounds collapsed."""
 
 
+def geometry() -> dict[str, float]:
+    """The layout's measures, for a page that lays out a growing round the same way."""
+    return {
+        "column_width": COLUMN_WIDTH,
+        "row_height": ROW_HEIGHT,
+        "round_gap": ROUND_GAP,
+        "group_padding": GROUP_PADDING,
+        "node_width": NODE_WIDTH,
+        "node_height": NODE_HEIGHT,
+        "label_chars": LABEL_CHARS,
+    }
+
+
 def short_instruction(text: str, limit: int = LABEL_CHARS) -> str:
     """The first line of an instruction, cut to ``limit`` characters."""
     line = " ".join(text.split("\n", 1)[0].split())

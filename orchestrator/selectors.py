@@ -349,6 +349,26 @@ def run_events_after(*, run_id: int, seq: int) -> list[dict[str, Any]]:
     )
 
 
+def run_page_state(*, run: Run) -> wire.PageState:
+    """What the run page draws, read once: the run's snapshot, the seq it is current to (the
+    page's socket then asks for the events after it), and its graph laid out from that same
+    snapshot, with the layout's measures so the page can lay out a round again as it grows.
+
+    ``run`` must be freshly read: its ``last_seq`` is read no later than the steps and plans, so
+    an event that lands meanwhile is at worst applied twice (each event carries whole objects),
+    never missed.
+    """
+    from orchestrator.graph import build_graph, geometry
+
+    state = run_snapshot(run=run)
+    return {
+        "seq": run.last_seq,
+        "state": state,
+        "graph": build_graph(plans=state["plans"], steps=state["steps"]),
+        "geometry": geometry(),
+    }
+
+
 def worker_missing_keys(*, worker: Worker) -> list[str]:
     """The environment variables this worker's key should be in that this server lacks (names,
     never values): its steps fail at once until an operator sets them."""

@@ -280,6 +280,16 @@ class Graph(TypedDict):
     step_count: int
 
 
+class PageState(TypedDict):
+    """What the run page embeds, read once (``selectors.run_page_state``): the run's state, the
+    seq it is current to, its graph laid out from that state, and the layout's measures."""
+
+    seq: int
+    state: RunState
+    graph: Graph
+    geometry: dict[str, Any]
+
+
 class CommandStep(TypedDict):
     """A step as ``conduct --json`` prints it (with its response)."""
 

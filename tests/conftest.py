@@ -54,6 +54,11 @@ def _payloads_match_the_wire_schema(monkeypatch):
     monkeypatch.setattr(
         selectors, "run_graph", checked("graph", lambda g: [(g, wire.Graph)], selectors.run_graph)
     )
+    monkeypatch.setattr(
+        selectors,
+        "run_page_state",
+        checked("page state", lambda p: [(p, wire.PageState)], selectors.run_page_state),
+    )
     yield
     assert not problems, "payloads off the wire schema:\n" + "\n".join(problems[:20])
 

@@ -155,7 +155,9 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # redis-py 8 caps a pool at 100 connections and raises past it; a crowd of sockets
+            # joining their groups at once (1,000 in bench/live_fanout.py) needs more than that.
+            "CONFIG": {"hosts": [{"address": REDIS_URL, "max_connections": 1000}]},
         }
     }
 else:

@@ -146,13 +146,14 @@ def runs_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
-    """``/runs/<id>/``: one run, drawn from its snapshot and kept live over its websocket."""
+    """``/runs/<id>/``: one run, drawn from the state embedded in the page (its snapshot, seq and
+    laid-out graph) and kept live over its websocket with the events after that seq."""
     run = selectors.run_get(user=request.user, run_id=run_id)
     if run is None:
         raise Http404("No such run.")
     context = {
         "run": run,
-        "snapshot": selectors.run_snapshot(run=run),
+        "page_state": selectors.run_page_state(run=run),
         "ws_path": f"/ws/runs/{run.pk}/",
         "statuses": wire.page_constants(),
         # Who may start runs may cancel them: the API's rule (RunCancelApi).

@@ -296,3 +296,102 @@ def test_a_huge_run_folds_its_rounds_and_opens_one_on_demand(browser_page, live_
     page.mouse.click(point["x"], point["y"])
     page.locator("#run-panel .response").wait_for()
     assert page.text_content("#run-panel-title").startswith("Step 1.0")
+
+
+def record_state_loads(page) -> dict[str, list]:
+    """What the page loads of its run's state after the document: requests to the graph and run
+    APIs, websocket URLs, and snapshots the socket sends."""
+    loads: dict[str, list] = {"requests": [], "sockets": [], "snapshots": []}
+    state_api = re.compile(r"/api/runs/\d+/(graph/)?(\?.*)?$")
+
+    def on_request(request):
+        if state_api.search(request.url):
+            loads["requests"].append(request.url)
+
+    def on_socket(socket):
+        loads["sockets"].append(socket.url)
+
+        def on_frame(payload):
+            if isinstance(payload, str) and json.loads(payload).get("type") == "snapshot":
+                loads["snapshots"].append(payload)
+
+        socket.on("framereceived", on_frame)
+
+    page.on("request", on_request)
+    page.on("websocket", on_socket)
+    return loads
+
+
+def set_conductor_params(server, params: dict) -> dict:
+    """Replace the demo pool's conductor parameters; returns the ones it had."""
+    output = server.shell(
+        "import json\n"
+        "from orchestrator.models import Pool\n"
+        "pool = Pool.objects.order_by('pk').first()\n"
+        "print(json.dumps(pool.conductor_params))\n"
+        f"pool.conductor_params = json.loads({json.dumps(params)!r})\n"
+        "pool.save(update_fields=['conductor_params'])\n"
+    )
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def embedded_state(page) -> dict:
+    return page.evaluate("JSON.parse(document.getElementById('run-state').textContent)")
+
+
+def drawn_layout(page) -> dict[str, list[float]]:
+    """Each drawn node's position (steps, plans, round boxes), rounded to a pixel."""
+    return page.evaluate(
+        "Object.fromEntries(window.runPage.graph.cy.nodes().map((n) =>"
+        " [n.id(), [Math.round(n.position('x')), Math.round(n.position('y'))]]))"
+    )
+
+
+def test_a_live_run_page_loads_its_state_once_and_grows_its_graph_in_place(slow_page, slow_server):
+    page = slow_page
+    loads = record_state_loads(page)
+    # The conductor takes a while to plan here, so the page is open before any step exists.
+    before = set_conductor_params(slow_server, {"latency": 2.0})
+    try:
+        run_id = RunMaker(page, slow_server)("What is 31 * 7 - 5?")
+        page.goto(f"/runs/{run_id}/")
+        page.wait_for_selector("#run-graph[data-state=ready]")
+        first = embedded_state(page)
+        wait_until_finished(page)
+    finally:
+        set_conductor_params(slow_server, before)
+    seen = {name: list(urls) for name, urls in loads.items()}
+
+    steps = api_steps(page, slow_server.url, run_id)
+    assert len(first["state"]["steps"]) < len(steps), "steps were created while the page watched"
+    # One state load: the page's own; no graph or run request, no snapshot over the socket,
+    # which asked only for what came after the page's seq.
+    assert seen["requests"] == []
+    assert seen["snapshots"] == []
+    socket_url = (
+        slow_server.url.replace("http", "ws", 1) + f"/ws/runs/{run_id}/?after={first['seq']}"
+    )
+    assert seen["sockets"] == [socket_url]
+    # Every step is drawn, where the server lays the finished run out (the API's graph, asked
+    # for here by the test, not by the page).
+    response = page.request.get(f"{slow_server.url}/api/runs/{run_id}/graph/")
+    assert response.ok
+    server = {n["id"]: [round(n["x"]), round(n["y"])] for n in response.json()["nodes"]}
+    server |= {g["id"]: [round(g["x"]), round(g["y"])] for g in response.json()["groups"]}
+    assert drawn_layout(page) == server
+    drawn_edges = page.evaluate("window.runPage.graph.cy.edges().map((e) => e.id()).sort()")
+    assert drawn_edges == sorted(e["id"] for e in response.json()["edges"])
+
+
+def test_a_finished_run_page_loads_nothing_after_the_document(browser_page, make_run):
+    page = browser_page
+    run_id = make_run("What is 6 * 7?")
+    make_run.wait(run_id)
+    loads = record_state_loads(page)
+    page.goto(f"/runs/{run_id}/")
+    page.wait_for_selector("#run-graph[data-state=ready]")
+    page.wait_for_selector("#live-indicator[data-state=finished]")
+    steps = embedded_state(page)["state"]["steps"]
+    assert steps
+    assert page.evaluate("window.runPage.graph.cy.nodes('.step').length") == len(steps)
+    assert loads == {"requests": [], "sockets": [], "snapshots": []}

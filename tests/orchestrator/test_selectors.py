@@ -189,3 +189,21 @@ def test_viewable_pairs_keeps_members_and_superusers_of_existing_runs(
     assert viewable_pairs(pairs) == {(viewer.pk, run.pk), (superuser.pk, run.pk)}
     type(viewer).objects.filter(pk=viewer.pk).update(is_active=False)
     assert viewable_pairs(pairs) == {(superuser.pk, run.pk)}
+
+
+def test_run_page_state_is_one_snapshot_with_its_seq_and_the_same_graph(sim_pool):
+    run = make_run(pool=sim_pool)
+    make_plan(run=run, workflow=[{"worker": 0, "instruction": "a", "access": []}] * 2)
+    first = make_step(run=run, index=0)
+    second = make_step(run=run, index=1, access="all", reads=[first.pk])
+    Run.objects.filter(pk=run.pk).update(last_seq=7)
+    run.refresh_from_db()
+
+    state = selectors.run_page_state(run=run)
+
+    # The socket resumes after this seq, so it is the run's seq at the moment of the read.
+    assert state["seq"] == 7
+    assert [step["id"] for step in state["state"]["steps"]] == [first.pk, second.pk]
+    # The graph is the one the API serves for the same run: one layout, not a second kind.
+    assert state["graph"] == selectors.run_graph(run=run)
+    assert state["geometry"]["column_width"] > 0

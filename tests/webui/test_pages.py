@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 
 import pytest
@@ -266,8 +267,27 @@ def test_run_page_renders_the_snapshot(client_in, pool):
     assert response.status_code == 200
     assert "runs/detail.html" in [t.name for t in response.templates]
     assert response.context["ws_path"] == f"/ws/runs/{run.pk}/"
-    assert response.context["snapshot"]["run"]["id"] == run.pk
+    state = response.context["page_state"]
+    assert state["state"]["run"]["id"] == run.pk
     assert "Shown on its page" in response.content.decode()
+
+
+def test_run_page_embeds_one_state_with_its_seq_and_nothing_to_fetch_again(client_in, pool):
+    run = make_run(pool, status=Run.Status.RUNNING)
+    Run.objects.filter(pk=run.pk).update(last_seq=3)
+    html = client_in.get(f"/runs/{run.pk}/").content.decode()
+    blocks = re.findall(
+        r'<script id="run-state" type="application/json">(.*?)</script>', html, re.DOTALL
+    )
+    assert len(blocks) == 1
+    state = json.loads(blocks[0])
+    # The page's socket asks for what came after this seq; the graph is already laid out.
+    assert state["seq"] == 3
+    assert state["state"]["run"]["id"] == run.pk
+    assert set(state["graph"]) >= {"nodes", "edges", "groups"}
+    # No second copy to load: no preload of the graph API, no other snapshot block.
+    assert f"/api/runs/{run.pk}/graph/" not in html
+    assert 'id="run-snapshot"' not in html
 
 
 def test_run_page_offers_cancel_only_to_who_may_cancel_and_names_every_step_status(

@@ -1,17 +1,16 @@
 // The graph of a run, drawn with Cytoscape at the positions the server computed
-// (orchestrator/graph.py): no layout runs in the browser. Status changes recolour nodes in place;
-// new steps are drawn at once near the end of the graph, then moved to their layered place when
-// the server's graph is fetched again (debounced, one request at a time).
+// (orchestrator/graph.py), as embedded in the page. Status changes recolour nodes in place; a
+// round that gains a step or a plan is laid out again here, alone and in place: Cytoscape's
+// breadthfirst layout finds its layers, placed on the server's grid (its measures come with the
+// page), and the rounds after it move along if it grew. The layout is never fetched again.
 
 import cytoscape from "../../vendor/cytoscape.esm.js";
 import { formatCount, stepGraphLabel } from "./format.js";
 import { STEP_STATUSES } from "./statuses.js";
 
-const REFRESH_DELAY_MS = 200;
 // Runs with more steps than this are drawn the cheap way (see graphStyle), whether or not the
 // server folds their rounds: an opened round can hold thousands of steps.
 const LARGE_GRAPH = 300;
-const ROW_HEIGHT = 64;
 const LABEL_ZOOM = 0.6;
 const EDGE_ZOOM = 0.3;
 
@@ -164,10 +163,13 @@ function groupLabel(round, counts, stepCount, collapsed) {
 }
 
 export class GraphView {
-  constructor({ container, store, fetchGraph, onOpenStep, onOpenPlan, onNotice }) {
+  // ``geometry``: the server's layout measures (orchestrator.graph.geometry);
+  // ``fetchRound(round)``: one folded round's nodes and edges, when a user opens it.
+  constructor({ container, store, geometry, fetchRound, onOpenStep, onOpenPlan, onNotice }) {
     this.container = container;
     this.store = store;
-    this.fetchGraph = fetchGraph;
+    this.geometry = geometry;
+    this.fetchRound = fetchRound;
     this.onOpenStep = onOpenStep;
     this.onOpenPlan = onOpenPlan;
     this.onNotice = onNotice;
@@ -175,10 +177,7 @@ export class GraphView {
     this.collapsed = false;
     this.groups = new Map(); // round -> group box from the server
     this.expanded = new Set(); // rounds opened on demand while the graph is collapsed
-    this.rightEdge = 0;
     this.userMoved = false;
-    this.refreshTimer = null;
-    this.refreshQueued = false;
     this.currentStep = null;
     this.large = false;
     // Large graphs: every edge the server sent (by "all" for the whole graph, or by round for a
@@ -186,11 +185,9 @@ export class GraphView {
     this.edgeSets = new Map();
   }
 
-  // ``pending``: the graph request, started as early as possible by the caller.
-  async load(pending) {
+  // The graph embedded in the page, laid out by the server.
+  load(graph) {
     try {
-      const graph = await pending;
-      performance.mark("run-page:graph-fetched");
       this.apply(graph);
       performance.mark("run-page:graph-created");
     } catch (error) {
@@ -318,7 +315,8 @@ export class GraphView {
     });
   }
 
-  // Draw (or redraw) the server's graph; nodes keep the store's newer status.
+  // Draw the server's graph (or, with ``round``, a folded round opened on demand); nodes keep the
+  // store's newer status.
   apply(graph, { round = null } = {}) {
     if (round == null) {
       this.collapsed = graph.collapsed;
@@ -336,21 +334,17 @@ export class GraphView {
     const large = this.cy ? this.large : graph.step_count > LARGE_GRAPH;
     if (large) this.edgeSets.set(round == null ? "all" : round, graph.edges);
     else for (const edge of graph.edges) elements.push({ group: "edges", data: edge });
-    this.rightEdge = Math.max(this.rightEdge, ...graph.groups.map((g) => g.x + g.width / 2));
 
     if (!this.cy) {
       this.create(elements, graph.step_count);
-      this.addMissingSteps();
       this.showDetailInView();
       return;
     }
     const cy = this.cy;
     cy.batch(() => {
-      const incoming = new Set();
       const additions = [];
       for (const element of elements) {
         const id = element.data.id;
-        incoming.add(id);
         const existing = cy.getElementById(id);
         if (existing.empty()) {
           additions.push(element);
@@ -360,19 +354,8 @@ export class GraphView {
         if (element.position) existing.position(element.position);
         if (element.classes !== undefined) existing.classes(element.classes);
       }
-      if (round == null) {
-        // Whatever the whole graph no longer has goes, except rounds opened on demand.
-        const stale = cy.elements().filter((element) => {
-          if (incoming.has(element.id())) return false;
-          const elementRound = element.isNode() ? element.data("round") : element.source().data("round");
-          return !(this.collapsed && this.expanded.has(elementRound));
-        });
-        cy.remove(stale);
-      }
       cy.add(additions);
     });
-    if (round == null) this.addMissingSteps();
-    if (round == null && !this.userMoved) this.fitToGroups();
     this.showDetailInView();
   }
 
@@ -426,30 +409,6 @@ export class GraphView {
     };
   }
 
-  // Steps the store knows but the server's graph did not have yet (they arrived meanwhile).
-  addMissingSteps() {
-    if (this.collapsed) return;
-    const missing = [];
-    for (const step of this.store.steps.values()) {
-      if (this.cy.getElementById(`s${step.id}`).empty()) missing.push(step);
-    }
-    if (!missing.length) return;
-    this.cy.batch(() => {
-      for (const step of missing) this.addProvisionalStep(step);
-    });
-    this.scheduleRefresh();
-  }
-
-  addProvisionalStep(step) {
-    // A temporary place right of everything drawn; the next fetch moves it to its layer.
-    this.cy.add({
-      group: "nodes",
-      data: { id: `s${step.id}`, kind: "step", step: step.id, round: step.round, status: step.status, label: stepGraphLabel(step) },
-      position: { x: this.rightEdge + 160, y: step.index * ROW_HEIGHT },
-      classes: "step",
-    });
-  }
-
   // Apply one frame's changes from the store.
   update(changes) {
     if (!this.cy) return;
@@ -459,7 +418,6 @@ export class GraphView {
         const step = this.store.steps.get(id);
         const node = cy.getElementById(`s${id}`);
         if (node.nonempty()) node.data({ status: step.status, label: stepGraphLabel(step) });
-        else if (!this.collapsed || this.expanded.has(step.round)) this.addProvisionalStep(step);
       }
       for (const round of changes.plans) {
         const plan = this.store.plans.get(round);
@@ -477,28 +435,170 @@ export class GraphView {
         }
       }
     });
-    if (changes.structure) this.scheduleRefresh();
+    if (changes.shapedRounds.size) this.layOutRounds(changes.shapedRounds);
   }
 
-  scheduleRefresh() {
-    if (this.refreshTimer) {
-      this.refreshQueued = true;
+  // The rounds that gained a step or a plan (or whose reads changed), laid out again one by one in
+  // increasing order, then the rounds after each moved along if its box changed width.
+  layOutRounds(rounds) {
+    const cy = this.cy;
+    cy.batch(() => {
+      for (const round of [...rounds].sort((a, b) => a - b)) this.layOutRound(round);
+    });
+    this.showDetailInView();
+    if (!this.userMoved) this.fitToGroups();
+  }
+
+  layOutRound(round) {
+    const cy = this.cy;
+    const steps = this.store.roundSteps(round);
+    const plan = this.store.plans.get(round);
+    const before = [...this.groups.keys()].filter((r) => r < round);
+    const previous = before.length ? this.groups.get(Math.max(...before)) : null;
+    const left = previous ? previous.x + previous.width / 2 + this.geometry.round_gap : 0;
+    const { positions, planPosition, box, firstLayer } = this.roundLayout(steps, { left, hasPlan: !!plan });
+    const old = this.groups.get(round);
+    const group = {
+      ...(old || { collapsed: this.collapsed, statuses: {} }),
+      id: `r${round}`,
+      round,
+      step_count: steps.length,
+      ...box,
+    };
+    this.groups.set(round, group);
+    const groupNode = cy.getElementById(group.id);
+    const element = this.groupElement(group);
+    if (groupNode.empty()) {
+      cy.add(element);
+      // A folded graph links its rounds' boxes.
+      if (this.collapsed && previous) this.setRoundEdges(round, [{ id: `${previous.id}-${group.id}`, source: previous.id, target: group.id, kind: "next" }]);
+    } else {
+      groupNode.data(element.data);
+      groupNode.position(element.position);
+    }
+    // The round's nodes and edges, when it is drawn open.
+    if (!this.collapsed || this.expanded.has(round)) {
+      const elements = [];
+      if (plan) elements.push(this.planElement({ id: `p${round}`, round, label: `Plan, round ${round}`, attempts: plan.attempts, x: planPosition.x, y: planPosition.y }));
+      for (const step of steps) {
+        const { x, y } = positions.get(step.id);
+        elements.push(this.stepElement({ id: `s${step.id}`, step: step.id, round, x, y }));
+      }
+      for (const element of elements) {
+        const node = cy.getElementById(element.data.id);
+        if (node.empty()) cy.add(element);
+        else node.position(element.position);
+      }
+      this.setRoundEdges(round, this.roundEdges(round, steps, plan, firstLayer));
+    }
+    // The rounds after this one move by as much as its right edge did.
+    const shift = old ? box.x + box.width / 2 - (old.x + old.width / 2) : 0;
+    if (shift) {
+      for (const [later, laterGroup] of this.groups) {
+        if (later <= round) continue;
+        laterGroup.x += shift;
+        cy.elements("node").filter((node) => node.data("round") === later).shift({ x: shift, y: 0 });
+      }
+    }
+  }
+
+  // One round's layout on the server's grid (orchestrator/graph.py): Cytoscape's breadthfirst
+  // layout (directed, maximal: every step one layer right of the last step it reads) gives each
+  // step its layer; layers are columns left to right, a layer's steps rows by index centred on 0.
+  roundLayout(steps, { left, hasPlan }) {
+    const g = this.geometry;
+    const positions = new Map();
+    const layers = this.stepLayers(steps);
+    const byLayer = [];
+    for (const step of steps) {
+      const layer = layers.get(step.id);
+      (byLayer[layer] ||= []).push(step.id);
+    }
+    const firstColumn = left + g.group_padding + g.node_width / 2;
+    const stepsStart = firstColumn + (hasPlan ? g.column_width : 0);
+    byLayer.forEach((ids, layer) => {
+      ids.forEach((id, row) => {
+        positions.set(id, { x: stepsStart + layer * g.column_width, y: (row - (ids.length - 1) / 2) * g.row_height });
+      });
+    });
+    const tallest = Math.max(1, ...byLayer.map((ids) => ids.length));
+    const lastColumn = steps.length ? stepsStart + (byLayer.length - 1) * g.column_width : firstColumn;
+    const halfHeight = ((tallest - 1) / 2) * g.row_height + g.node_height / 2 + g.group_padding;
+    const right = lastColumn + g.node_width / 2 + g.group_padding;
+    return {
+      positions,
+      planPosition: { x: firstColumn, y: 0 },
+      box: { x: (left + right) / 2, y: 0, width: right - left, height: 2 * halfHeight },
+      firstLayer: new Set(byLayer[0] || []),
+    };
+  }
+
+  // Step id -> layer (0: reads no step of its round), from Cytoscape's breadthfirst layout, run
+  // headless from one root above the round's first layer; the layout's depths are its rows.
+  stepLayers(steps) {
+    const layers = new Map();
+    if (!steps.length) return layers;
+    const index = new Map(steps.map((step) => [step.id, step.index]));
+    const elements = [{ group: "nodes", data: { id: "root" } }];
+    for (const step of steps) elements.push({ group: "nodes", data: { id: `s${step.id}` } });
+    for (const step of steps) {
+      // Reads point at earlier steps of a valid workflow; anything else is left out (no cycle).
+      const reads = [...new Set(step.reads || [])].filter((read) => index.has(read) && index.get(read) < step.index);
+      if (!reads.length) elements.push({ group: "edges", data: { source: "root", target: `s${step.id}` } });
+      for (const read of reads) elements.push({ group: "edges", data: { source: `s${read}`, target: `s${step.id}` } });
+    }
+    const headless = cytoscape({ headless: true, styleEnabled: false, elements });
+    const layout = headless.layout({
+      name: "breadthfirst",
+      directed: true,
+      acyclic: true, // maximal, and a step may move down more than once
+      roots: headless.getElementById("root"),
+      avoidOverlap: false,
+      fit: false,
+      animate: false,
+      boundingBox: { x1: 0, y1: 0, w: 1000, h: 1000 },
+    });
+    layout.run();
+    const depthOf = new Map();
+    headless.nodes().forEach((node) => depthOf.set(node.id(), Math.round(node.position("y") * 1000)));
+    const depths = [...new Set(depthOf.values())].sort((a, b) => a - b);
+    const rank = new Map(depths.map((depth, i) => [depth, i]));
+    for (const step of steps) layers.set(step.id, rank.get(depthOf.get(`s${step.id}`)) - 1);
+    headless.destroy();
+    return layers;
+  }
+
+  // A round's edges as the server draws them: reads, the plan to the first layer, and the
+  // previous round's last step to this round's plan.
+  roundEdges(round, steps, plan, firstLayer) {
+    const edges = [];
+    const edge = (source, target, kind) => ({ id: `${source}-${target}`, source, target, kind });
+    for (const step of steps) {
+      for (const read of new Set(step.reads || [])) {
+        if (this.store.steps.has(read)) edges.push(edge(`s${read}`, `s${step.id}`, "reads"));
+      }
+      if (plan && firstLayer.has(step.id)) edges.push(edge(`p${round}`, `s${step.id}`, "plan"));
+    }
+    const earlier = [...this.store.roundStepIds.keys()].filter((r) => r < round);
+    if (plan && earlier.length) {
+      const last = this.store.roundSteps(Math.max(...earlier)).at(-1);
+      if (last) edges.push(edge(`s${last.id}`, `p${round}`, "next"));
+    }
+    return edges;
+  }
+
+  // Replace the edges that end in a round (large graphs keep them aside, drawn when in view).
+  setRoundEdges(round, edges) {
+    const cy = this.cy;
+    const inRound = (target) => cy.getElementById(target).data("round") === round;
+    if (this.large) {
+      for (const [key, set] of this.edgeSets) this.edgeSets.set(key, set.filter((edge) => !inRound(edge.target)));
+      this.edgeSets.set(`round ${round}`, edges);
+      cy.edges().filter((edge) => edge.target().data("round") === round).remove();
       return;
     }
-    this.refreshTimer = setTimeout(async () => {
-      try {
-        this.apply(await this.fetchGraph(null));
-        for (const round of this.expanded) this.apply(await this.fetchGraph(round), { round });
-      } catch {
-        // The next change tries again; meanwhile new steps stay where they were drawn.
-      } finally {
-        this.refreshTimer = null;
-        if (this.refreshQueued) {
-          this.refreshQueued = false;
-          this.scheduleRefresh();
-        }
-      }
-    }, REFRESH_DELAY_MS);
+    cy.edges().filter((edge) => edge.target().data("round") === round).remove();
+    cy.add(edges.map((data) => ({ group: "edges", data })));
   }
 
   async expandRound(round) {
@@ -510,7 +610,7 @@ export class GraphView {
     }
     this.onNotice(`Opening round ${round}…`);
     try {
-      const graph = await this.fetchGraph(round);
+      const graph = await this.fetchRound(round);
       if (graph.collapsed || !graph.nodes.some((n) => n.round === round)) {
         this.onNotice(`Round ${round} could not be opened: the server sent it folded.`);
         return;

@@ -1,7 +1,6 @@
-// The run's websocket: snapshot first, then live events; on a drop, reconnect with backoff from
-// the last seq seen (?after=<seq>) so nothing is missed and nothing is applied twice.
-
-import { EVENTS } from "./statuses.js";
+// The run's websocket: the events after the seq of the page's snapshot, then live ones; on a drop,
+// reconnect with backoff from the last seq seen (?after=<seq>) so nothing is missed and nothing is
+// applied twice. The page's snapshot is its only state load: the socket never sends another.
 
 const FIRST_RETRY_MS = 500;
 const MAX_RETRY_MS = 10000;
@@ -11,11 +10,12 @@ const REFUSED = new Set([4403]);
 export class LiveConnection {
   // onEvent(event) gets each new event once, in seq order; onState(state) gets
   // "connecting" | "live" | "reconnecting" | "finished" | "refused".
-  constructor({ path, onEvent, onState }) {
+  // ``after``: the seq the page's snapshot is current to.
+  constructor({ path, after, onEvent, onState }) {
     this.path = path;
     this.onEvent = onEvent;
     this.onState = onState;
-    this.lastSeq = 0;
+    this.lastSeq = after;
     this.socket = null;
     this.retries = 0;
     this.retryTimer = null;
@@ -39,9 +39,7 @@ export class LiveConnection {
 
   url() {
     const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
-    // The first connection asks for a snapshot; later ones for what was missed since lastSeq.
-    const query = this.lastSeq > 0 ? `?after=${this.lastSeq}` : "";
-    return `${scheme}//${window.location.host}${this.path}${query}`;
+    return `${scheme}//${window.location.host}${this.path}?after=${this.lastSeq}`;
   }
 
   connect() {
@@ -78,13 +76,8 @@ export class LiveConnection {
       return;
     }
     if (typeof event.seq !== "number") return;
-    if (event.type === EVENTS.snapshot) {
-      this.lastSeq = Math.max(this.lastSeq, event.seq);
-      this.onEvent(event);
-      return;
-    }
     if (event.seq <= this.lastSeq) return; // seen already
-    if (this.lastSeq > 0 && event.seq > this.lastSeq + 1) {
+    if (event.seq > this.lastSeq + 1) {
       // A gap: fetch what is missing from the stored events rather than draw out of order.
       this.resync(socket);
       return;

@@ -1,5 +1,6 @@
-// The run page: draws the run from the snapshot embedded in the page, then keeps it live over the
-// run's websocket. Events are queued as they arrive and applied once per animation frame, so a
+// The run page: draws the run from the state embedded in the page (its snapshot, the seq it is
+// current to and its laid-out graph: the page's one state load), then keeps it live over the run's
+// websocket, which sends only the events after that seq. Events are queued as they arrive and applied once per animation frame, so a
 // burst of events costs one DOM and graph update, not one each.
 
 import { GraphView } from "./graph.js";
@@ -16,20 +17,17 @@ const root = document.getElementById("run-page");
 const runId = Number(root.dataset.runId);
 const apiRoot = root.dataset.apiRoot;
 
-// Plain same-origin GETs (session cookie, JSON by default): the page's preload of the graph
-// is this very request, so the browser reuses it.
+// Plain same-origin GETs (session cookie, JSON by default): a step's details, a folded round.
 async function api(path) {
   const response = await fetch(`${apiRoot}${path}`, { credentials: "same-origin" });
   if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
   return response.json();
 }
 
-const fetchGraph = (round) => api(`runs/${runId}/graph/${round == null ? "" : `?round=${round}`}`);
-// The server lays the graph out while this page reads its snapshot and lists the steps.
-const firstGraph = fetchGraph(null);
-firstGraph.catch(() => {}); // reported by graph.load()
-const snapshot = JSON.parse(document.getElementById("run-snapshot").textContent);
-const store = new RunStore(snapshot);
+const fetchRound = (round) => api(`runs/${runId}/graph/?round=${round}`);
+const pageState = JSON.parse(document.getElementById("run-state").textContent);
+const store = new RunStore(pageState.state);
+performance.mark("run-page:state-read");
 
 const notice = document.getElementById("graph-notice");
 function showNotice(text) {
@@ -49,7 +47,8 @@ const stepList = new StepList({
 const graph = new GraphView({
   container: document.getElementById("run-graph"),
   store,
-  fetchGraph,
+  geometry: pageState.geometry,
+  fetchRound,
   onOpenStep: openStep,
   onOpenPlan: openPlan,
   onNotice: showNotice,
@@ -149,6 +148,7 @@ function draw(changes) {
 
 const live = new LiveConnection({
   path: root.dataset.wsPath,
+  after: pageState.seq,
   onEvent: receive,
   onState: (state) => header.setLiveState(state),
 });
@@ -157,17 +157,16 @@ header.render();
 cancelButton.render();
 stepList.renderAll();
 renderRoundPlans();
+performance.mark("run-page:list-drawn");
 document.getElementById("graph-fit").addEventListener("click", () => graph.fit());
 document.getElementById("graph-zoom-in").addEventListener("click", () => graph.zoomBy(1.25));
 document.getElementById("graph-zoom-out").addEventListener("click", () => graph.zoomBy(0.8));
 window.addEventListener("hashchange", openFromHash);
-// The websocket's snapshot repeats what the page already has: take it once the graph is drawn.
+graph.load(pageState.graph);
+openFromHash();
 // A finished run changes no more, so its page does not connect at all.
-graph.load(firstGraph).then(() => {
-  openFromHash();
-  if (store.finished) live.finish();
-  else live.start();
-});
+if (store.finished) live.finish();
+else live.start();
 if (store.steps.size > 2000) document.getElementById("timeline-section").open = false;
 else document.getElementById("timeline-section").open = true;
 

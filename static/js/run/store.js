@@ -9,7 +9,7 @@ export class Changes {
   constructor() {
     this.run = false;
     this.totals = false;
-    this.structure = false; // steps or plans were added: the graph's layout must be fetched again
+    this.shapedRounds = new Set(); // rounds that gained a step or a plan, or whose reads changed: laid out again
     this.addedSteps = new Set();
     this.changedSteps = new Set();
     this.rounds = new Set(); // rounds whose counts by status changed
@@ -17,7 +17,7 @@ export class Changes {
   }
 
   get empty() {
-    return !(this.run || this.totals || this.structure || this.changedSteps.size || this.plans.size);
+    return !(this.run || this.totals || this.shapedRounds.size || this.changedSteps.size || this.plans.size);
   }
 }
 
@@ -27,11 +27,12 @@ export class RunStore {
     this.plans = new Map(); // round -> plan
     this.steps = new Map(); // step id -> step
     this.order = []; // steps sorted by (round, index)
+    this.roundStepIds = new Map(); // round -> ids of its steps
     this.roundCounts = new Map(); // round -> {status: count}
     this.loadState(state, new Changes());
   }
 
-  // A snapshot (the page's own, or the websocket's): the run as it is now.
+  // The page's snapshot: the run as it was at the seq the page's socket resumes from.
   loadState(state, changes) {
     this.run = state.run;
     changes.run = changes.totals = true;
@@ -43,9 +44,6 @@ export class RunStore {
   // One event of orchestrator/events.py. The caller has already dropped events seen before.
   apply(event, changes) {
     switch (event.type) {
-      case EVENTS.snapshot:
-        this.loadState(event.state, changes);
-        break;
       case EVENTS.run_status:
         this.run = { ...this.run, status: event.status };
         changes.run = true;
@@ -98,7 +96,7 @@ export class RunStore {
     const known = this.plans.get(plan.round);
     this.plans.set(plan.round, plan);
     changes.plans.add(plan.round);
-    if (!known) changes.structure = true;
+    if (!known) changes.shapedRounds.add(plan.round);
   }
 
   putStep(step, changes) {
@@ -110,10 +108,13 @@ export class RunStore {
     changes.rounds.add(step.round);
     if (!known) {
       this.insertInOrder(step);
+      let ids = this.roundStepIds.get(step.round);
+      if (!ids) this.roundStepIds.set(step.round, (ids = []));
+      ids.push(step.id);
       changes.addedSteps.add(step.id);
-      changes.structure = true;
+      changes.shapedRounds.add(step.round);
     } else if (!sameReads(known.reads, step.reads)) {
-      changes.structure = true;
+      changes.shapedRounds.add(step.round);
     }
   }
 
@@ -141,6 +142,11 @@ export class RunStore {
     }
     order.splice(low, 0, step);
     return low;
+  }
+
+  // One round's steps, current data, by index.
+  roundSteps(round) {
+    return (this.roundStepIds.get(round) || []).map((id) => this.steps.get(id)).sort((a, b) => a.index - b.index || a.id - b.id);
   }
 
   // Steps in order, current data (order keeps the first object seen; look the id up again).
