@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 
 from bench._support import scratch_stack, services_problem, skip
-from tests.production.celery_worker import spawn_celery_worker, wait_until_ready
+from harness.celery_worker import spawn_celery_worker, wait_until_ready
 
 CONCURRENCIES = (1, 2)
 WORKER_START_TIMEOUT = 60.0

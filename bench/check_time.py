@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 # The bench measures what the startup tests guard, with the same definitions.
-from tests.test_imports import HEAVY, embedded_env, modules_imported
+from harness.imports import HEAVY, embedded_env, modules_imported
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = 5

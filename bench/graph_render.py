@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # A bench reuses the browser tests' server.
-from tests.browser.server import (
+from harness.server import (
     CHROMIUM_ARGS,
     CHROMIUM_PATH,
     LiveServer,

@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:
 from bench._support import percentile
 
 # A bench reuses the browser tests' server.
-from tests.browser.server import (
+from harness.server import (
     CHROMIUM_ARGS,
     CHROMIUM_PATH,
     RunMaker,

@@ -46,9 +46,9 @@ from datetime import datetime
 from pathlib import Path
 
 from bench._support import percentile, scratch_stack, services_problem, skip
-from tests.production.celery_worker import spawn_celery_worker, wait_until_ready
-from tests.production.connections import WEB_APP_NAME, WORKER_APP_NAME, ConnectionSampler
-from tests.production.daphne import DaphneProcess, spawn_daphne
+from harness.celery_worker import spawn_celery_worker, wait_until_ready
+from harness.connections import WEB_APP_NAME, WORKER_APP_NAME, ConnectionSampler
+from harness.daphne import DaphneProcess, spawn_daphne
 
 STEP_SECONDS = float(os.environ.get("BENCH_LOAD_STEP_SECONDS", "60"))
 CLIENT_STEPS = tuple(int(n) for n in os.environ.get("BENCH_LOAD_CLIENTS", "10,50,100").split(","))
@@ -235,19 +235,24 @@ def wait_finished(run_ids: list[int], timeout: float) -> int:
 
 
 def prepare(database_url: str) -> Users:
+    from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.test import Client
     from rest_framework.authtoken.models import Token
 
     from orchestrator.models import Membership
     from orchestrator.providers.simulator import demo_pool
-    from orchestrator.services.pools import pool_sync_from_data, project_get_or_create
-    from tests.factories import make_member
+    from orchestrator.services.pools import (
+        membership_set,
+        pool_sync_from_data,
+        project_get_or_create,
+    )
 
     call_command("migrate", verbosity=0)
     project = project_get_or_create(name="Load")
     pool, _ = pool_sync_from_data(project=project, data=demo_pool(latency=LATENCY))
-    user = make_member(project=project, role=Membership.Role.ADMIN, username="load")
+    user = get_user_model().objects.create_user(username="load")
+    membership_set(project=project, user=user, role=Membership.Role.ADMIN)
     browser = Client()
     browser.force_login(user)
     return Users(

@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
 
 import httpx
 
-from tests.browser.server import start_live_server
+from harness.server import start_live_server  # noqa: E402
 
 MODEL = "offline-demo-simulated"
 QUESTION = "What is 17 * 23?"

@@ -1,6 +1,6 @@
 """A run as a graph with positions: what the run page draws.
 
-Plain dicts in (``events.plan_data`` and ``events.step_data``), one compact dict out. The layout
+Plain dicts in (``wire.Plan`` and ``wire.GraphStep``), one ``wire.Graph`` out. The layout
 is computed here, on the server, so the page only draws (Cytoscape's ``preset`` layout):
 
 - each round is laid out as a layered DAG with networkx (``topological_generations`` for the
@@ -21,9 +21,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import networkx as nx
+
+if TYPE_CHECKING:  # the shapes only: the layout itself needs no Django
+    from orchestrator.wire import Graph, GraphStep, Plan
 
 COLUMN_WIDTH: Final = 240.0
 """Horizontal distance between two layers, in pixels of the page's graph."""
@@ -39,8 +42,6 @@ LABEL_CHARS: Final = 32
 """The short form of an instruction shown on a node."""
 COLLAPSE_ABOVE: Final = 6000
 """Whole-run graphs with more steps than this send their rounds collapsed."""
-
-Graph = dict[str, Any]
 
 
 def geometry() -> dict[str, float]:
@@ -76,8 +77,8 @@ def group_id(round: int) -> str:
 
 def build_graph(
     *,
-    plans: Sequence[Mapping[str, Any]],
-    steps: Sequence[Mapping[str, Any]],
+    plans: Sequence[Plan],
+    steps: Sequence[GraphStep],
     round: int | None = None,
     collapse_above: int = COLLAPSE_ABOVE,
 ) -> Graph:

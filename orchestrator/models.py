@@ -75,7 +75,9 @@ class Pool(models.Model):
     )
     conductor_api_base = models.CharField(max_length=300, blank=True)
     conductor_api_key_env = models.CharField(
-        max_length=100, blank=True, validators=[ENV_VAR_NAME],
+        max_length=100,
+        blank=True,
+        validators=[ENV_VAR_NAME],
         help_text="Name of the environment variable holding the conductor's API key.",
     )
     conductor_params = models.JSONField(default=dict, blank=True)
@@ -92,7 +94,9 @@ class Pool(models.Model):
             "whatever its strategy."
         ),
     )
-    access_mode = models.CharField(max_length=6, choices=AccessMode.choices, default=AccessMode.FINE)
+    access_mode = models.CharField(
+        max_length=6, choices=AccessMode.choices, default=AccessMode.FINE
+    )
     show_worker_names = models.BooleanField(default=True)
     step_timeout = models.FloatField(default=120.0, validators=[MinValueValidator(0.1)])
     token_budget = models.PositiveIntegerField(
@@ -113,9 +117,7 @@ class Pool(models.Model):
 
     class Meta:
         ordering = ["name"]
-        constraints = [
-            models.UniqueConstraint(fields=["project", "name"], name="pool_unique_name")
-        ]
+        constraints = [models.UniqueConstraint(fields=["project", "name"], name="pool_unique_name")]
 
     def __str__(self) -> str:
         return self.name
@@ -151,9 +153,7 @@ class Worker(models.Model):
 
     class Meta:
         ordering = ["pool", "position", "id"]
-        constraints = [
-            models.UniqueConstraint(fields=["pool", "name"], name="worker_unique_name")
-        ]
+        constraints = [models.UniqueConstraint(fields=["pool", "name"], name="worker_unique_name")]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.model})"
@@ -208,7 +208,10 @@ class Run(models.Model):
     worker_params = models.JSONField(default=dict, blank=True)
     end_user = models.CharField(max_length=256, blank=True)
     created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="runs",
     )
     created_at = models.DateTimeField(auto_now_add=True)
@@ -267,9 +270,7 @@ class Plan(models.Model):
 
     class Meta:
         ordering = ["run", "round"]
-        constraints = [
-            models.UniqueConstraint(fields=["run", "round"], name="plan_unique_round")
-        ]
+        constraints = [models.UniqueConstraint(fields=["run", "round"], name="plan_unique_round")]
 
 
 class Step(models.Model):
@@ -289,7 +290,9 @@ class Step(models.Model):
     OPEN = (Status.PENDING, Status.RUNNING)
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
-    plan = models.ForeignKey(Plan, null=True, blank=True, on_delete=models.CASCADE, related_name="steps")
+    plan = models.ForeignKey(
+        Plan, null=True, blank=True, on_delete=models.CASCADE, related_name="steps"
+    )
     round = models.PositiveSmallIntegerField()
     index = models.PositiveSmallIntegerField()
     instruction = models.TextField()

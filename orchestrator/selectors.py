@@ -8,19 +8,54 @@ show already joined, so a page costs a constant number of queries however many r
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
 
-from orchestrator.events import plan_data
-from orchestrator.models import ApiKey, Membership, Plan, Pool, Project, Run, Step, Worker
+from orchestrator import wire
+from orchestrator.engine import strategies
+from orchestrator.engine.grading import GRADER_KINDS
+from orchestrator.models import (
+    ApiKey,
+    Membership,
+    Plan,
+    Pool,
+    Project,
+    Run,
+    RunEvent,
+    Step,
+    Worker,
+)
 
 ROLES_THAT_RUN = (Membership.Role.ADMIN, Membership.Role.REVIEWER)
 
 # What a runs list shows of a run; the long fields (answer, input) are cut by the page.
 RUN_LIST_DEFERRED = ("strategy_options", "edits", "reference")
+
+
+@dataclass(frozen=True, slots=True)
+class RunChoices:
+    """What a new run may ask for: the forms, the API and its schema offer these."""
+
+    strategies: tuple[str, ...]
+    graders: tuple[str, ...]
+    max_worker_index: int
+    max_reflection_rounds: int
+    max_proposers: int
+
+
+def run_choices() -> RunChoices:
+    """The strategies and graders a run may use, and the bounds of the strategies' options."""
+    return RunChoices(
+        strategies=tuple(strategies.STRATEGIES),
+        graders=tuple(GRADER_KINDS),
+        max_worker_index=strategies.MAX_WORKER_INDEX,
+        max_reflection_rounds=strategies.MAX_REFLECTION_ROUNDS,
+        max_proposers=strategies.MAX_PROPOSERS,
+    )
 
 
 def user_project_ids(user: Any) -> QuerySet[Membership] | None:
@@ -260,40 +295,62 @@ def pools_runnable_by(*, user: Any) -> QuerySet[Pool]:
     )
 
 
-def run_graph(*, run: Run, round: int | None = None) -> dict[str, Any]:
+def run_graph(*, run: Run, round: int | None = None) -> wire.Graph:
     """The graph of a run (nodes, edges, groups with positions) as ``orchestrator.graph`` builds
     it; ``round`` asks for one round expanded."""
     from orchestrator.graph import build_graph
 
     plans = [
-        plan_data(plan)
+        wire.plan_data(plan)
         for plan in Plan.objects.filter(run_id=run.pk).defer("messages").order_by("round")
     ]
     # Only what the graph draws, as tuples: building 5,000 model instances (or full step_data
     # dicts) cost more than the layout itself.
-    steps = [
-        {
-            "id": id,
-            "round": round,
-            "index": index,
-            "worker": worker,
-            "instruction": instruction,
-            "status": status,
-            "tokens_in": tokens_in,
-            "tokens_out": tokens_out,
-            "latency": latency,
-            "reads": reads,
-        }
-        for id, round, index, worker, instruction, status, tokens_in, tokens_out, latency, reads in (
-            Step.objects.filter(run_id=run.pk)
-            .order_by("round", "index")
-            .values_list(*_GRAPH_STEP_COLUMNS)
-        )
+    keys = tuple(wire.GraphStep.__annotations__)
+    steps: list[Any] = [
+        dict(zip(keys, row, strict=True))
+        for row in Step.objects.filter(run_id=run.pk)
+        .order_by("round", "index")
+        .values_list(*wire.GRAPH_STEP_COLUMNS)
     ]
     return build_graph(plans=plans, steps=steps, round=round)
 
 
-def run_page_state(*, run: Run) -> dict[str, Any]:
+def run_snapshot(*, run: Run) -> wire.RunState:
+    """Everything a page needs to draw a run as it is now (one query per table)."""
+    return {
+        "run": wire.run_data(run),
+        "plans": [wire.plan_data(plan) for plan in run.plans.all()],
+        # step_data leaves out messages and responses: do not load them (large runs).
+        "steps": wire.step_rows_data(
+            Step.objects.filter(run_id=run.pk)
+            .order_by("round", "index")
+            .values_list(*wire.STEP_DATA_COLUMNS)
+        ),
+    }
+
+
+def run_snapshot_message(*, run_id: int) -> wire.SnapshotMessage:
+    """What the websocket sends first: the run's state and the seq it is current to."""
+    run = Run.objects.get(pk=run_id)
+    return {
+        "type": wire.SNAPSHOT,
+        "run": run_id,
+        "seq": run.last_seq,
+        "state": run_snapshot(run=run),
+    }
+
+
+def run_events_after(*, run_id: int, seq: int) -> list[dict[str, Any]]:
+    """The stored events of a run after ``seq``, in order: what a reconnecting client missed."""
+    return list(
+        RunEvent.objects.filter(run_id=run_id, seq__gt=seq)
+        .order_by("seq")
+        .values_list("data", flat=True)
+    )
+
+
+def run_page_state(*, run: Run) -> wire.PageState:
     """What the run page draws, read once: the run's snapshot, the seq it is current to (the
     page's socket then asks for the events after it), and its graph laid out from that same
     snapshot, with the layout's measures so the page can lay out a round again as it grows.
@@ -302,22 +359,15 @@ def run_page_state(*, run: Run) -> dict[str, Any]:
     an event that lands meanwhile is at worst applied twice (each event carries whole objects),
     never missed.
     """
-    from orchestrator.events import snapshot_data
     from orchestrator.graph import build_graph, geometry
 
-    state = snapshot_data(run)
+    state = run_snapshot(run=run)
     return {
         "seq": run.last_seq,
         "state": state,
         "graph": build_graph(plans=state["plans"], steps=state["steps"]),
         "geometry": geometry(),
     }
-
-
-_GRAPH_STEP_COLUMNS = (
-    "id", "round", "index", "worker_name", "instruction", "status", "tokens_in", "tokens_out",
-    "latency", "reads",
-)  # fmt: skip
 
 
 def worker_missing_keys(*, worker: Worker) -> list[str]:
@@ -355,6 +405,8 @@ def api_pools(*, project: Project | int) -> list[Pool]:
 
 def api_keys_of(*, user: Any) -> QuerySet[ApiKey]:
     """A user's API keys, newest first, with their project (never the key: only its prefix)."""
-    return ApiKey.objects.filter(user_id=user.pk).select_related("project").order_by(
-        "-created_at", "-id"
+    return (
+        ApiKey.objects.filter(user_id=user.pk)
+        .select_related("project")
+        .order_by("-created_at", "-id")
     )

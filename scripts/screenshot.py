@@ -18,7 +18,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from tests.browser.server import (
+from harness.server import (
     CHROMIUM_ARGS,
     CHROMIUM_PATH,
     RunMaker,

@@ -17,6 +17,51 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _payloads_match_the_wire_schema(monkeypatch):
+    """Every event any test publishes, every snapshot and every graph any test reads is checked
+    against its definition in ``orchestrator/wire.py`` (keys and types), at the one place each is
+    made: a test whose code emits a payload off its schema fails, whatever it asserts itself."""
+    from orchestrator import events, selectors, wire
+
+    problems: list[str] = []
+
+    def checked(name, shape_of, function):
+        def wrapper(*args, **kwargs):
+            result = function(*args, **kwargs)
+            for value, shape in shape_of(result):
+                problems.extend(f"{name}: {problem}" for problem in wire.check(value, shape))
+            return result
+
+        return wrapper
+
+    def each_event(stored):
+        for event in stored:
+            yield event, wire.EVENT_SHAPES.get(event["type"], wire.Event)
+
+    monkeypatch.setattr(events, "store_events", checked("event", each_event, events.store_events))
+    monkeypatch.setattr(
+        selectors,
+        "run_snapshot_message",
+        checked("snapshot", lambda m: [(m, wire.SnapshotMessage)], selectors.run_snapshot_message),
+    )
+    monkeypatch.setattr(
+        selectors,
+        "run_snapshot",
+        checked("run state", lambda s: [(s, wire.RunState)], selectors.run_snapshot),
+    )
+    monkeypatch.setattr(
+        selectors, "run_graph", checked("graph", lambda g: [(g, wire.Graph)], selectors.run_graph)
+    )
+    monkeypatch.setattr(
+        selectors,
+        "run_page_state",
+        checked("page state", lambda p: [(p, wire.PageState)], selectors.run_page_state),
+    )
+    yield
+    assert not problems, "payloads off the wire schema:\n" + "\n".join(problems[:20])
+
+
 @pytest.fixture
 def project(db) -> Project:
     return make_project(name="Team")
@@ -70,22 +115,23 @@ async def async_db_connections_closed():
 @pytest.fixture
 def sent_events(monkeypatch) -> list[dict]:
     """Every live event sent to a channel group (that is, after its transaction committed),
-    whether sent from sync code (``events.send``) or from the loop (``events.send_async``)."""
+    whether sent from sync code (``events.send``) or from the loop (``events.send_async``,
+    ``events.send_many_async``)."""
     from orchestrator import events
 
     sent: list[dict] = []
-    send, send_async = events.send, events.send_async
+    send, send_many_async = events.send, events.send_many_async
 
     def capture(event: dict) -> None:
         sent.append(event)
         send(event)
 
-    async def capture_async(event: dict) -> None:
-        sent.append(event)
-        await send_async(event)
+    async def capture_many_async(batch) -> None:
+        sent.extend(batch)
+        await send_many_async(batch)
 
     monkeypatch.setattr(events, "send", capture)
-    monkeypatch.setattr(events, "send_async", capture_async)
+    monkeypatch.setattr(events, "send_many_async", capture_many_async)
     return sent
 
 

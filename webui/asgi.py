@@ -22,7 +22,6 @@ serve_static = os.environ.get("CONDUCTOR_SERVE_STATIC", "1") != "0"
 http_app = ASGIStaticFilesHandler(django_asgi_app) if serve_static else django_asgi_app
 
 
-
 class ThreadPerConnection:
     """Runs each websocket's database work on a thread of its own, as Django does for each HTTP
     request. Without it every consumer of the process shares one thread, and under load the

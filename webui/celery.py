@@ -80,8 +80,6 @@ class QueuedRunSweep(bootsteps.StartStopStep):
             self.timer_entry = None
 
     def tick(self, interval: float) -> None:
-        from orchestrator.tasks import runs_requeue_stale_task
-
         queue = app.conf.task_default_queue
         try:
             # Slightly shorter than the interval, so the next tick of some worker takes it again.
@@ -89,7 +87,8 @@ class QueuedRunSweep(bootsteps.StartStopStep):
                 f"{SWEEP_LOCK_KEY_PREFIX}{queue}", "1", nx=True, px=max(1, int(interval * 900))
             )
             if taken:
-                runs_requeue_stale_task.delay()
+                # By name: the site's modules do not import the tasks.
+                app.send_task("orchestrator.tasks.runs_requeue_stale_task")
         except Exception:  # Redis away: the next tick tries again
             log.warning("could not start the sweep for queued runs", exc_info=True)
 

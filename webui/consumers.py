@@ -1,4 +1,4 @@
-"""Websocket consumers: a run's live events, as ``orchestrator.events`` defines them."""
+"""Websocket consumers: a run's live events, as ``orchestrator.wire`` defines them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from orchestrator import events
-from orchestrator.models import Run
+from orchestrator import delivery, events, selectors, wire
 from webui import socket_access
 
 # One code for every refusal (not logged in, no such run, not a member, access ended), so run
@@ -17,19 +16,13 @@ CLOSE_REFUSED = 4403
 
 
 @database_sync_to_async
-def _snapshot(run_id: int) -> dict[str, Any]:
-    run = Run.objects.get(pk=run_id)
-    return {
-        "type": events.SNAPSHOT,
-        "run": run_id,
-        "seq": run.last_seq,
-        "state": events.snapshot_data(run),
-    }
+def _snapshot(run_id: int) -> wire.SnapshotMessage:
+    return selectors.run_snapshot_message(run_id=run_id)
 
 
 @database_sync_to_async
 def _events_after(run_id: int, seq: int) -> list[dict[str, Any]]:
-    return events.events_after(run_id, seq)
+    return selectors.run_events_after(run_id=run_id, seq=seq)
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
@@ -75,7 +68,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
                 await self._forward(event)
         # From here on, events sent from this process's loop come straight here (no layer hop);
         # the group still brings every event, and whichever copy comes second is dropped.
-        events.listen_locally(self.run_id, self._forward_local)
+        delivery.listen_locally(self.run_id, self._forward_local)
         self.listening_locally = True
 
     async def _refuse(self) -> None:
@@ -95,7 +88,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             socket_access.unwatch(self)
             self.watched = False
         if getattr(self, "listening_locally", False):
-            events.stop_listening_locally(self.run_id, self._forward_local)
+            delivery.stop_listening_locally(self.run_id, self._forward_local)
             self.listening_locally = False
         if getattr(self, "joined", False):
             await self.channel_layer.group_discard(self.group, self.channel_name)
@@ -107,6 +100,11 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def run_event(self, message: dict[str, Any]) -> None:
         """A live event from the run's group (layer message type ``run.event``)."""
         await self._forward(message["event"])
+
+    async def run_events(self, message: dict[str, Any]) -> None:
+        """Several live events of the run, in seq order (layer message type ``run.events``)."""
+        for event in message["events"]:
+            await self._forward(event)
 
     async def _forward_local(self, event: dict[str, Any], text: str) -> None:
         """An event sent from this process's loop, with its JSON. Taken only if it is the next

@@ -9,5 +9,7 @@ urlpatterns = [
     path("", views.runs_list, name="runs"),
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
     path("account/", account.account, name="account"),
-    path("account/keys/<id:key_id>/revoke/", account.api_key_revoke_view, name="account-key-revoke"),
+    path(
+        "account/keys/<id:key_id>/revoke/", account.api_key_revoke_view, name="account-key-revoke"
+    ),
 ]

@@ -11,8 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from orchestrator import events, selectors
-from orchestrator.engine.strategies import STRATEGIES
+from orchestrator import selectors, wire
 from orchestrator.models import Pool, Run
 from webui.api.pagination import MAX_PAGE
 
@@ -106,7 +105,7 @@ def _default_pool(pools: list[Pool]) -> Pool | None:
 def runs_list(request: HttpRequest) -> HttpResponse:
     """``/``: the user's runs, newest first, filtered and paginated, plus the new-run form."""
     pools = list(selectors.pools_for(user=request.user))
-    form = RunFilterForm(request.GET, pools=pools, strategies=STRATEGIES)
+    form = RunFilterForm(request.GET, pools=pools, strategies=selectors.run_choices().strategies)
     form.is_valid()  # Invalid fields are reported next to the filter and left out.
     page = form.page_number()
     offset = (page - 1) * PAGE_SIZE
@@ -139,7 +138,7 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         "next_page": page + 1 if has_next else None,
         "pools": runnable_pools,
         "default_pool_id": default_pool.pk if default_pool else None,
-        "strategies": STRATEGIES,
+        "strategies": selectors.run_choices().strategies,
         "worker_names": worker_names,
     }
     return render(request, "runs/list.html", context)
@@ -156,10 +155,10 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "run": run,
         "page_state": selectors.run_page_state(run=run),
         "ws_path": f"/ws/runs/{run.pk}/",
-        "statuses": events.status_constants(),
+        "statuses": wire.page_constants(),
         # Who may start runs may cancel them: the API's rule (RunCancelApi).
         "can_cancel": selectors.user_can_run(user=request.user, project=run.project_id),
         "pools": _runnable_pools(request.user),
-        "strategies": STRATEGIES,
+        "strategies": selectors.run_choices().strategies,
     }
     return render(request, "runs/detail.html", context)

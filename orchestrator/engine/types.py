@@ -18,9 +18,7 @@ Access: TypeAlias = Literal["all"] | tuple[int, ...]
 """Which earlier steps of the same round a step reads: every one (``"all"``) or these indices."""
 
 AccessMode: TypeAlias = Literal["binary", "fine"]
-StepStatus: TypeAlias = Literal[
-    "pending", "running", "succeeded", "failed", "cancelled", "skipped"
-]
+StepStatus: TypeAlias = Literal["pending", "running", "succeeded", "failed", "cancelled", "skipped"]
 """``cancelled``: the run ended while the step ran; ``skipped``: it ended before the step started."""
 RunStatus: TypeAlias = Literal["succeeded", "failed", "cancelled"]
 

@@ -1,8 +1,11 @@
 """Writes: every change to runs, plans, steps and pools goes through a function here.
 
 - ``runs``: ``run_create``, ``run_execute``, ``run_execute_async``, ``run_cancel``.
-- ``recording``: ``RecordingObserver``, which stores each engine callback and publishes its event.
-- ``execution``: ``run_enqueue`` (inline on the server's loop, or Celery).
+- ``recording``: ``RecordingObserver``, the engine's observer: each callback stored by
+  ``recorder.RunRecorder`` (one transaction), its events sent in order after the commit.
+- ``ending``: ``run_fail`` and closing a run's open steps, whatever ends it.
+- ``grading``: grading a final answer, and whether code can be graded here.
+- ``execution``: ``run_enqueue`` (inline on the server's loop, or the Celery task sent by name).
 - ``ownership``: ``run_claim``, ``run_claim_renew``, ``run_claim_release`` (who executes a run,
   its lease and fencing token, the interruption limit).
 - ``recovery``: ``inline_recovery_start`` (a server resumes the runs no live execution holds).

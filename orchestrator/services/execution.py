@@ -19,6 +19,10 @@ from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
+# The Celery task that executes a run (``orchestrator/tasks.py`` registers it under this name).
+# Sent by name: the tasks call the services, so the services do not import the tasks.
+RUN_EXECUTE_TASK = "orchestrator.tasks.run_execute_task"
+
 # Tasks hold only weak references on their loop: keep each running inline run here, by run id.
 _inline_runs: dict[int, asyncio.Task[None]] = {}
 _inline_runs_lock = threading.Lock()
@@ -27,9 +31,9 @@ _inline_runs_lock = threading.Lock()
 def run_enqueue(*, run_id: int) -> None:
     """Start executing a committed run with the configured backend (call it on commit)."""
     if settings.CONDUCTOR_EXECUTION == "celery":
-        from orchestrator.tasks import run_execute_task
+        from celery import current_app  # the site's app (webui/celery.py) when Django runs
 
-        run_execute_task.delay(run_id)
+        current_app.send_task(RUN_EXECUTE_TASK, args=[run_id])
         return
     loop = _server_loop()
     if loop is None:

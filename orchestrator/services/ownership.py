@@ -39,13 +39,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from orchestrator.models import Run
-from orchestrator.services.recording import (
-    RUN_TABLE,
-    _db_datetime,
-    _update_returning,
-    record_run_failed,
-)
-from orchestrator.sql import can_return
+from orchestrator.services.ending import run_fail
+from orchestrator.sql import RUN_TABLE, can_return, db_datetime, update_returning
 
 logger = logging.getLogger(__name__)
 
@@ -94,13 +89,15 @@ def run_claim(*, run_id: int, executor: str, lease_seconds: float | None) -> Cla
         "interruptions = interruptions + CASE WHEN executor = '' THEN 0 ELSE 1 END "
         f"WHERE id = %s AND status NOT IN ({', '.join(['%s'] * len(Run.FINISHED))})"
     )
-    params = [executor, _db_datetime(expires), run_id, *(str(s) for s in Run.FINISHED)]
+    params = [executor, db_datetime(expires), run_id, *(str(s) for s in Run.FINISHED)]
     if lease_seconds is not None:
         sql += " AND (executor = '' OR lease_expires_at < %s)"
-        params.append(_db_datetime(now))
+        params.append(db_datetime(now))
     # With RETURNING it is one statement, atomic by itself; else the read-back joins it.
     with nullcontext() if can_return() else transaction.atomic():
-        row = _update_returning(sql, params, returning="fence, interruptions", id=run_id)
+        row = update_returning(
+            sql, params, returning="fence, interruptions", table=RUN_TABLE, id=run_id
+        )
     if row is None:
         return None
     fence, interruptions = row
@@ -108,7 +105,7 @@ def run_claim(*, run_id: int, executor: str, lease_seconds: float | None) -> Cla
     if interruptions >= limit:
         logger.error("run %s killed its executor %s times; failing it", run_id, interruptions)
         with transaction.atomic():
-            record_run_failed(
+            run_fail(
                 run_id=run_id, error=interrupted_error(interruptions, limit=limit), fence=fence
             )
             run_claim_release(claim=Claim(run_id, executor, fence, lease_seconds))

@@ -19,7 +19,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from orchestrator import events
+from orchestrator import events, wire
 from orchestrator.engine.grading import GRADER_KINDS, parse_number
 from orchestrator.engine.scheduler import execute_run
 from orchestrator.engine.strategies import STRATEGIES, build_strategy, check_fits
@@ -36,7 +36,10 @@ from orchestrator.engine.types import (
 )
 from orchestrator.models import Membership, Plan, Pool, Run, Step, Worker
 from orchestrator.providers.calls import nested_depth
+from orchestrator.records import resume_state_from_rows
 from orchestrator.selectors import user_can_run, user_role
+from orchestrator.services.ending import close_open_steps, lock_open_steps, run_end_reason, run_fail
+from orchestrator.services.grading import code_grading_problem
 from orchestrator.services.nesting import CallingStepObserver
 from orchestrator.services.ownership import (
     Claim,
@@ -46,19 +49,8 @@ from orchestrator.services.ownership import (
     run_claim_release,
     run_claim_renew,
 )
-from orchestrator.services.recording import (
-    TOTAL_FIELDS,
-    RecordingObserver,
-    RunClosed,
-    RunTakenOver,
-    close_open_steps,
-    code_grading_problem,
-    finished_event_data,
-    lock_open_steps,
-    record_run_failed,
-    run_end_reason,
-)
-from orchestrator.services.records import resume_state_from_rows
+from orchestrator.services.recorder import RunClosed, RunTakenOver
+from orchestrator.services.recording import RecordingObserver
 from orchestrator.telemetry import run_trace_enqueue
 
 logger = logging.getLogger(__name__)
@@ -159,7 +151,7 @@ def run_create(
             created_by=created_by,
             **dict(extra or {}),
         )
-        events.publish(run.pk, events.RUN_STATUS, {"status": Run.Status.QUEUED.value})
+        events.publish(run.pk, wire.RUN_STATUS, {"status": Run.Status.QUEUED.value})
         if enqueue:
             from orchestrator.services.execution import run_enqueue
 
@@ -245,7 +237,7 @@ class _Execution:
         return resume_state_from_rows(self.plans, self.steps)
 
     def totals(self) -> dict[str, Any]:
-        return {field: getattr(self.run, field) for field in TOTAL_FIELDS}
+        return {field: getattr(self.run, field) for field in wire.TOTAL_FIELDS}
 
 
 def run_execute(
@@ -337,7 +329,7 @@ async def run_execute_async(
         logger.warning("run %s was taken over by another execution; this one stopped", run_id)
     except (OperationalError, InterfaceError) as error:
         if not resumable:
-            await sync_to_async(record_run_failed)(
+            await sync_to_async(run_fail)(
                 run_id=run_id, error=short_error(error), fence=claim.fence
             )
             run_trace_enqueue(run_id=run_id)
@@ -346,9 +338,9 @@ async def run_execute_async(
             await sync_to_async(run_claim_release)(claim=claim)
         raise
     except Exception as error:
-        await sync_to_async(record_run_failed)(
-            run_id=run_id, error=short_error(error), fence=claim.fence
-        )
+        if recorder is not None:  # what was stored before the error goes out before run.finished
+            await _flush_quietly(recorder)
+        await sync_to_async(run_fail)(run_id=run_id, error=short_error(error), fence=claim.fence)
         await sync_to_async(run_claim_release)(claim=claim)
         run_trace_enqueue(run_id=run_id)
         raise
@@ -358,6 +350,8 @@ async def run_execute_async(
         if heartbeat is not None:
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
+        if recorder is not None:
+            await _flush_quietly(recorder)
     # Not on BaseException: a process being killed (or its loop stopped) cannot let go here;
     # its lease lapses, or its exit lets go (see ownership.py). A run this execution finished
     # is never claimed again: its row keeps who executed it, and saves a write.
@@ -365,6 +359,15 @@ async def run_execute_async(
         run_claim_forget(claim=claim)
     else:
         await sync_to_async(run_claim_release)(claim=claim)
+
+
+async def _flush_quietly(recorder: RecordingObserver) -> None:
+    """Send what the execution stored and has not sent yet; a failure to send is logged (the
+    events are stored, and a client that reconnects gets them)."""
+    try:
+        await recorder.flush()
+    except Exception:
+        logger.exception("run %s: could not send its live events", recorder.recorder.run_id)
 
 
 async def _keep_claim(claim: Claim) -> None:
@@ -522,7 +525,7 @@ def _cancel(run_id: int) -> Run:
         closed = close_open_steps(
             run_id=run_id, open_steps=open_steps, why=run_end_reason(run.status), at=run.finished_at
         )
-        events.publish(run_id, events.RUN_FINISHED, finished_event_data(run, closed))
+        events.publish(run_id, wire.RUN_FINISHED, wire.finished_data_of(run, closed))
         from orchestrator.services.execution import run_stop_inline
 
         transaction.on_commit(lambda: run_stop_inline(run_id=run_id))

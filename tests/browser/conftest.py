@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.availability import unavailable
-from tests.browser.server import (
+from harness.server import (
     CHROMIUM_ARGS,
     CHROMIUM_PATH,
     LiveServer,
@@ -26,6 +25,7 @@ from tests.browser.server import (
     log_in,
     start_live_server,
 )
+from tests.availability import unavailable
 
 BROWSER_DIR = Path(__file__).resolve().parent
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.browser.server import log_in
+from harness.server import log_in
 from tests.webui.openai.v1server import DEMO_MODEL, start_v1_server
 
 QUESTION = [{"role": "user", "content": "What is 17 * 23?"}]

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.browser.server import log_in, start_live_server
+from harness.server import log_in, start_live_server
 
 pytestmark = pytest.mark.browser
 

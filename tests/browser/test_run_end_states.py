@@ -11,8 +11,8 @@ import json
 
 import pytest
 
+from harness.server import LiveServer, RunMaker, wait_for_js
 from tests.browser.pages import step_states
-from tests.browser.server import LiveServer, RunMaker, wait_for_js
 
 pytestmark = pytest.mark.browser
 
@@ -31,7 +31,9 @@ def record_frames(page) -> list[dict]:
     def on_socket(socket):
         socket.on(
             "framereceived",
-            lambda payload: frames.append(json.loads(payload)) if isinstance(payload, str) else None,
+            lambda payload: (
+                frames.append(json.loads(payload)) if isinstance(payload, str) else None
+            ),
         )
 
     page.on("websocket", on_socket)

@@ -13,8 +13,8 @@ import re
 
 import pytest
 
+from harness.server import RunMaker, wait_for_js
 from tests.browser.pages import step_states
-from tests.browser.server import RunMaker, wait_for_js
 
 pytestmark = pytest.mark.browser
 

@@ -17,7 +17,7 @@ from orchestrator.graph import (
 
 
 def make_run(rounds: list[list[list[int]]], *, status: str = "succeeded"):
-    """Plans and steps (as events.plan_data/step_data give them) from, per round, each step's
+    """Plans and steps (as wire.plan_data/step_data give them) from, per round, each step's
     reads as indices of earlier steps of that round."""
     plans, steps, next_id = [], [], 100
     for number, round_reads in enumerate(rounds):

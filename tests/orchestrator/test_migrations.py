@@ -23,9 +23,9 @@ def test_pools_made_before_budgets_get_the_default_budgets():
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
     executor.migrate(WITH_BUDGETS)
-    new_pools = executor.loader.project_state(WITH_BUDGETS).apps.get_model(
-        "orchestrator", "Pool"
-    ).objects
+    new_pools = (
+        executor.loader.project_state(WITH_BUDGETS).apps.get_model("orchestrator", "Pool").objects
+    )
     assert new_pools.values_list("token_budget", "cost_budget").get(pk=unbounded.pk) == (
         200_000,
         2.0,

@@ -14,9 +14,10 @@ import uuid
 import pytest
 from celery.exceptions import Retry
 
+from orchestrator.lease import RunLease
 from orchestrator.models import Run, RunEvent
 from orchestrator.services.runs import run_create
-from orchestrator.tasks import RunLease, run_execute_task
+from orchestrator.tasks import run_execute_task
 from tests.availability import unavailable
 
 QUESTION = "What is 17 + 25?"

@@ -24,9 +24,9 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.conf import settings
 
+from harness.celery_worker import spawn_celery_worker, wait_until_ready
+from harness.daphne import DaphneProcess, spawn_daphne
 from tests.availability import unavailable
-from tests.production.celery_worker import spawn_celery_worker, wait_until_ready
-from tests.production.daphne import DaphneProcess, spawn_daphne
 
 # Short enough that a killed worker's run is delivered again within seconds.
 VISIBILITY_TIMEOUT_SECONDS = 3

@@ -14,7 +14,7 @@ from django.db import connections
 
 from orchestrator.engine.types import PlanRecord, StepRecord, StepSpec, Workflow
 from orchestrator.models import Run, RunEvent, Step
-from orchestrator.services.recording import RunRecorder
+from orchestrator.services.recorder import RunRecorder
 from orchestrator.services.runs import run_cancel, run_create
 
 pytestmark = [pytest.mark.production, pytest.mark.django_db(transaction=True)]

@@ -22,7 +22,7 @@ from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
 from django.db import connections
 
-from orchestrator import events
+from orchestrator import events, selectors, wire
 from orchestrator.models import Membership, Plan, Run, RunEvent, Step
 from orchestrator.providers.simulator import demo_pool, load_suite
 from orchestrator.services.execution import run_enqueue
@@ -77,7 +77,7 @@ def wait_until_finished(run: Run, *, what: str = "the run to finish") -> None:
 
 
 def stored_events(run_id: int) -> list[dict]:
-    return events.events_after(run_id, 0)
+    return selectors.run_events_after(run_id=run_id, seq=0)
 
 
 @pytest.fixture
@@ -112,18 +112,21 @@ async def test_run_executes_on_a_celery_worker_and_streams_events_through_redis(
         connected, _ = await page.connect(timeout=10)
         assert connected
         snapshot = await page.receive_json_from(timeout=10)
-        assert snapshot["type"] == events.SNAPSHOT and snapshot["seq"] == 1  # queued
+        assert snapshot["type"] == wire.SNAPSHOT and snapshot["seq"] == 1  # queued
         # Listening first, then handed to Celery: every later event must arrive live.
         await sync_to_async(run_enqueue)(run_id=run.pk)
         async with asyncio.timeout(RUN_TIMEOUT):
             on_page: list[dict] = []
-            while not on_page or on_page[-1]["type"] != events.RUN_FINISHED:
+            while not on_page or on_page[-1]["type"] != wire.RUN_FINISHED:
                 on_page.append(await page.receive_json_from(timeout=RUN_TIMEOUT))
             on_layer: list[dict] = []
-            while not on_layer or on_layer[-1]["type"] != events.RUN_FINISHED:
+            while not on_layer or on_layer[-1]["type"] != wire.RUN_FINISHED:
                 message = await layer.receive(channel)
-                assert message["type"] == events.LAYER_MESSAGE_TYPE
-                on_layer.append(message["event"])
+                if message["type"] == events.LAYER_BATCH_TYPE:
+                    on_layer.extend(message["events"])
+                else:
+                    assert message["type"] == events.LAYER_MESSAGE_TYPE
+                    on_layer.append(message["event"])
         assert await page.receive_nothing(timeout=0.2)
     finally:
         await page.disconnect()
@@ -147,14 +150,14 @@ async def test_run_executes_on_a_celery_worker_and_streams_events_through_redis(
     live = on_page
     assert [event["seq"] for event in live] == list(range(2, run.last_seq + 1))
     stored = await sync_to_async(stored_events)(run.pk)
-    assert stored[0] == {"type": events.RUN_STATUS, "run": run.pk, "seq": 1, "status": "queued"}
+    assert stored[0] == {"type": wire.RUN_STATUS, "run": run.pk, "seq": 1, "status": "queued"}
     assert live == stored[1:]
     assert on_layer == live
-    assert live[0] == {"type": events.RUN_STATUS, "run": run.pk, "seq": 2, "status": "planning"}
+    assert live[0] == {"type": wire.RUN_STATUS, "run": run.pk, "seq": 2, "status": "planning"}
     assert live[-1]["status"] == Run.Status.SUCCEEDED and live[-1]["answer"] == run.answer
     for step in steps:
         kinds = [e["type"] for e in live if e.get("step", {}).get("id") == step.pk]
-        assert kinds == [events.STEP_CREATED, events.STEP_STARTED, events.STEP_FINISHED]
+        assert kinds == [wire.STEP_CREATED, wire.STEP_STARTED, wire.STEP_FINISHED]
 
     # It really ran on the worker process (this process never executes a celery-backend run).
     log = await sync_to_async(worker.log)()
@@ -199,13 +202,13 @@ def test_run_survives_its_worker_being_killed_mid_run(start_celery_worker):
 
     stored = stored_events(run.pk)
     assert [event["seq"] for event in stored] == list(range(1, run.last_seq + 1))
-    started = Counter(e["step"]["id"] for e in stored if e["type"] == events.STEP_STARTED)
-    finished = Counter(e["step"]["id"] for e in stored if e["type"] == events.STEP_FINISHED)
+    started = Counter(e["step"]["id"] for e in stored if e["type"] == wire.STEP_STARTED)
+    finished = Counter(e["step"]["id"] for e in stored if e["type"] == wire.STEP_FINISHED)
     for step_id in before:
         assert started[step_id] == 1
     assert all(finished[step_id] == 1 for step_id in after)
-    assert [e["type"] for e in stored].count(events.RUN_FINISHED) == 1
-    assert RunEvent.objects.filter(run=run, type=events.RUN_FINISHED).count() == 1
+    assert [e["type"] for e in stored].count(wire.RUN_FINISHED) == 1
+    assert RunEvent.objects.filter(run=run, type=wire.RUN_FINISHED).count() == 1
 
 
 def test_a_run_longer_than_the_visibility_timeout_executes_once(start_celery_worker):
@@ -228,12 +231,12 @@ def test_a_run_longer_than_the_visibility_timeout_executes_once(start_celery_wor
     assert received >= 2, "the message was never delivered a second time; this proves nothing"
 
     stored = stored_events(run.pk)
-    started = Counter(e["step"]["id"] for e in stored if e["type"] == events.STEP_STARTED)
+    started = Counter(e["step"]["id"] for e in stored if e["type"] == wire.STEP_STARTED)
     steps = list(Step.objects.filter(run=run))
     assert steps and all(step.attempts == 1 for step in steps)
     assert {step.pk: started[step.pk] for step in steps} == {step.pk: 1 for step in steps}
     assert all(len(plan.attempts) == 1 for plan in Plan.objects.filter(run=run))
-    assert [e["type"] for e in stored].count(events.RUN_FINISHED) == 1
+    assert [e["type"] for e in stored].count(wire.RUN_FINISHED) == 1
     assert any("is being executed elsewhere" in log for log in logs)
 
 

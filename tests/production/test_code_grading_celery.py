@@ -50,9 +50,7 @@ def wait_until_finished(run: Run, timeout: float = 60.0) -> Run:
     raise AssertionError("the run did not finish")
 
 
-def test_a_code_run_on_a_celery_worker_is_scored_in_the_sandbox(
-    code_sandbox, start_celery_worker
-):
+def test_a_code_run_on_a_celery_worker_is_scored_in_the_sandbox(code_sandbox, start_celery_worker):
     secret = "sk-" + secrets.token_hex(16)
     start_celery_worker(CONDUCTOR_FAKE_PROVIDER_KEY=secret)
     project = project_get_or_create(name="Code grading")
@@ -61,9 +59,7 @@ def test_a_code_run_on_a_celery_worker_is_scored_in_the_sandbox(
     for worker in pool.workers.all():
         worker.params = {**worker.params, "skills": {"code": 1.0}}
         worker.save(update_fields=["params"])
-    reference = (
-        f"SECRET = {secret!r}\nPROJECT_FILE = {__file__!r}\n{CODE_TASK.reference}\n{PROBES}"
-    )
+    reference = f"SECRET = {secret!r}\nPROJECT_FILE = {__file__!r}\n{CODE_TASK.reference}\n{PROBES}"
 
     run = wait_until_finished(
         run_create(

@@ -21,13 +21,13 @@ from django.db import connection
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from orchestrator import events
+from harness.connections import WEB_APP_NAME, WORKER_APP_NAME, ConnectionSampler
+from orchestrator import wire
 from orchestrator.models import Membership, Run
 from orchestrator.providers.simulator import demo_pool
 from orchestrator.services.pools import pool_sync_from_data, project_get_or_create
 from tests.factories import make_member
 from tests.production.conftest import test_database_url as database_url_for_tests
-from tests.production.connections import WEB_APP_NAME, WORKER_APP_NAME, ConnectionSampler
 from tests.production.test_celery_path import stored_events
 
 pytestmark = [pytest.mark.production, pytest.mark.django_db(transaction=True)]
@@ -206,9 +206,7 @@ def wait_for_blocked_connections(
     raise AssertionError(f"{count} connections of {application} never blocked on the lock")
 
 
-def test_two_web_processes_and_two_workers_serve_the_same_users(
-    start_daphne, start_celery_worker
-):
+def test_two_web_processes_and_two_workers_serve_the_same_users(start_daphne, start_celery_worker):
     import aiohttp
 
     stack = Stack(latency=0.1)
@@ -238,7 +236,7 @@ def test_two_web_processes_and_two_workers_serve_the_same_users(
                         headers={"Cookie": f"sessionid={stack.session}", "Origin": server.url},
                     )
                     snapshot = await socket.receive_json(timeout=30)
-                    assert snapshot["type"] == events.SNAPSHOT and snapshot["seq"] == 1
+                    assert snapshot["type"] == wire.SNAPSHOT and snapshot["seq"] == 1
                     sockets.append((run_id, server.url, socket))
             # Every socket listens; now two workers (on neither web process) execute the runs,
             # so every later event reaches every socket through channels_redis.
@@ -247,7 +245,7 @@ def test_two_web_processes_and_two_workers_serve_the_same_users(
 
             async def listen(run_id: int, url: str, socket) -> tuple[int, str, list[dict]]:
                 live: list[dict] = []
-                while not live or live[-1]["type"] != events.RUN_FINISHED:
+                while not live or live[-1]["type"] != wire.RUN_FINISHED:
                     live.append(await socket.receive_json(timeout=RUN_TIMEOUT))
                 await socket.close()
                 return run_id, url, live

@@ -16,11 +16,11 @@ import pytest
 import redis
 from django.utils import timezone
 
-from orchestrator import events
+from harness.connections import WORKER_APP_NAME
+from orchestrator import wire
 from orchestrator.models import Plan, Run, Step
 from orchestrator.services.runs import run_create
 from tests.production.conftest import test_database_url as database_url_for_tests
-from tests.production.connections import WORKER_APP_NAME
 from tests.production.test_celery_path import (
     RUN_TIMEOUT,
     first_task,
@@ -45,9 +45,9 @@ def assert_executed_once(run: Run) -> None:
     assert all(len(plan.attempts) == 1 for plan in Plan.objects.filter(run=run))
     stored = stored_events(run.pk)
     assert [event["seq"] for event in stored] == list(range(1, run.last_seq + 1))
-    started = Counter(e["step"]["id"] for e in stored if e["type"] == events.STEP_STARTED)
+    started = Counter(e["step"]["id"] for e in stored if e["type"] == wire.STEP_STARTED)
     assert started == Counter({step.pk: 1 for step in steps})
-    assert [e["type"] for e in stored].count(events.RUN_FINISHED) == 1
+    assert [e["type"] for e in stored].count(wire.RUN_FINISHED) == 1
 
 
 def test_a_run_whose_message_was_lost_is_swept_and_finishes(start_celery_worker):
@@ -150,6 +150,6 @@ def test_a_worker_whose_database_connection_drops_mid_run_retries_and_resumes(
     assert {pk: steps[pk].finished_at for pk in done_before} == done_before
     stored = stored_events(run.pk)
     assert [event["seq"] for event in stored] == list(range(1, run.last_seq + 1))
-    started = Counter(e["step"]["id"] for e in stored if e["type"] == events.STEP_STARTED)
+    started = Counter(e["step"]["id"] for e in stored if e["type"] == wire.STEP_STARTED)
     assert all(started[pk] == 1 for pk in done_before)
-    assert [e["type"] for e in stored].count(events.RUN_FINISHED) == 1
+    assert [e["type"] for e in stored].count(wire.RUN_FINISHED) == 1

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from orchestrator import events
+from orchestrator import selectors, wire
 from orchestrator.models import Run, RunEvent, Step
 from tests.production.test_celery_path import (
     RUN_TIMEOUT,
@@ -55,7 +55,7 @@ def test_a_run_that_keeps_killing_its_worker_is_failed_with_that_reason(start_ce
     assert run.status == Run.Status.FAILED
     assert "killed its worker 2 times" in run.error
     assert (run.fence, run.interruptions, run.executor) == (3, 2, "")
-    finished = RunEvent.objects.get(run=run, type=events.RUN_FINISHED)
+    finished = RunEvent.objects.get(run=run, type=wire.RUN_FINISHED)
     assert finished.data["status"] == "failed" and finished.data["error"] == run.error
     assert "killed its executor 2 times" in worker.log()
 
@@ -87,9 +87,9 @@ def test_a_stalled_worker_cannot_record_after_another_took_the_run_over(start_ce
     assert run.status == Run.Status.SUCCEEDED, run.error
     assert (run.fence, run.interruptions) == (2, 1)
 
-    stored = events.events_after(run.pk, 0)
+    stored = selectors.run_events_after(run_id=run.pk, seq=0)
     assert [event["seq"] for event in stored] == list(range(1, run.last_seq + 1))
-    assert [event["type"] for event in stored].count(events.RUN_FINISHED) == 1
+    assert [event["type"] for event in stored].count(wire.RUN_FINISHED) == 1
     steps = list(Step.objects.filter(run=run))
     assert all(step.status == Step.Status.SUCCEEDED and step.attempts == 1 for step in steps)
     assert run.model_calls == len(steps) + sum(len(p.attempts) for p in run.plans.all())
@@ -99,9 +99,9 @@ def test_a_stalled_worker_cannot_record_after_another_took_the_run_over(start_ce
             # Sent by the stalled worker, then again by the one that took over, whose result
             # is the one stored: the stalled worker's answer never was.
             assert kinds == [
-                events.STEP_CREATED, events.STEP_STARTED, events.STEP_STARTED,
-                events.STEP_FINISHED,
+                wire.STEP_CREATED, wire.STEP_STARTED, wire.STEP_STARTED,
+                wire.STEP_FINISHED,
             ]  # fmt: skip
         else:
-            assert kinds.count(events.STEP_FINISHED) == 1
-            assert kinds.count(events.STEP_STARTED) == 1
+            assert kinds.count(wire.STEP_FINISHED) == 1
+            assert kinds.count(wire.STEP_STARTED) == 1

@@ -10,7 +10,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import AnonymousUser
 from django.test import Client
 
-from orchestrator import events
+from orchestrator import delivery, events, selectors, wire
 from orchestrator.models import Run
 from orchestrator.services.runs import run_create, run_execute_async
 from tests.factories import make_step
@@ -38,7 +38,7 @@ async def new_run(pool) -> Run:
 
 
 async def publish(run_id: int, status: str) -> dict:
-    return await sync_to_async(events.publish)(run_id, events.RUN_STATUS, {"status": status})
+    return await sync_to_async(events.publish)(run_id, wire.RUN_STATUS, {"status": status})
 
 
 async def close_code(communicator) -> int | None:
@@ -96,7 +96,7 @@ async def test_live_events_of_an_executing_run_arrive_in_order_once(sim_pool, vi
     await run.arefresh_from_db()
     assert run.status == Run.Status.SUCCEEDED
     assert [e["seq"] for e in received] == list(range(snapshot["seq"] + 1, run.last_seq + 1))
-    stored = await sync_to_async(events.events_after)(run.pk, snapshot["seq"])
+    stored = await sync_to_async(selectors.run_events_after)(run_id=run.pk, seq=snapshot["seq"])
     assert received == stored
     assert {"step.created", "step.started", "step.finished"} <= {e["type"] for e in received}
 
@@ -134,7 +134,7 @@ async def test_an_after_that_is_not_a_plain_number_gets_a_snapshot(sim_pool, vie
 
 async def test_the_snapshot_covers_events_sent_while_connecting(sim_pool, viewer):
     run = await new_run(sim_pool)
-    old_event = (await sync_to_async(events.events_after)(run.pk, 0))[0]
+    old_event = (await sync_to_async(selectors.run_events_after)(run_id=run.pk, seq=0))[0]
     communicator = communicator_for(run.pk, viewer)
     try:
         await communicator.connect()
@@ -184,7 +184,7 @@ async def test_events_sent_on_the_consumers_loop_arrive_once_each_in_order(sim_p
 
     async def store(status: str) -> dict:
         stored = await sync_to_async(events.publish_many)(
-            run.pk, [(events.RUN_STATUS, {"status": status})], deliver=lambda event: None
+            run.pk, [(wire.RUN_STATUS, {"status": status})], deliver=lambda event: None
         )
         return stored[0]
 
@@ -195,7 +195,7 @@ async def test_events_sent_on_the_consumers_loop_arrive_once_each_in_order(sim_p
         second, third = await store("planning"), await store("running")
         # As the recorder sends them: straight to this loop's consumers, then through the layer.
         # The consumer cannot take 3 before 2 from the local path, and never sends one twice.
-        (listener,) = events._local_listeners[run.pk]
+        (listener,) = delivery._local_listeners[run.pk]
         await listener(third, '{"not": "sent"}')
         await events.send_async(second)
         await events.send_async(third)
@@ -213,7 +213,27 @@ async def test_a_closed_consumer_stops_listening_locally(sim_pool, viewer):
     communicator = communicator_for(run.pk, viewer)
     await communicator.connect()
     await communicator.receive_json_from()
-    assert events._local_listeners.get(run.pk)
+    assert delivery._local_listeners.get(run.pk)
     await communicator.disconnect()
 
-    assert run.pk not in events._local_listeners
+    assert run.pk not in delivery._local_listeners
+
+
+async def test_a_batch_from_another_process_arrives_in_order_once(sim_pool, viewer):
+    """A worker process sends each callback's events in one layer message (``run.events``)."""
+    run = await new_run(sim_pool)  # seq 1
+    held: list[dict] = []
+    items = [(wire.RUN_STATUS, {"status": "planning"}), (wire.RUN_STATUS, {"status": "running"})]
+    communicator = communicator_for(run.pk, viewer)
+    try:
+        await communicator.connect()
+        await communicator.receive_json_from()  # the snapshot, at seq 1
+        stored = await sync_to_async(events.publish_many)(run.pk, items, deliver=held.append)
+        batch = {"type": events.LAYER_BATCH_TYPE, "events": held}
+        await get_channel_layer().group_send(events.group_name(run.pk), batch)
+        arrived = [await communicator.receive_json_from() for _ in range(2)]
+        await get_channel_layer().group_send(events.group_name(run.pk), batch)
+        assert await communicator.receive_nothing(timeout=0.2)
+    finally:
+        await communicator.disconnect()
+    assert arrived == stored and [event["seq"] for event in arrived] == [2, 3]

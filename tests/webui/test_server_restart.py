@@ -1,7 +1,7 @@
 """A real Daphne server with inline execution, stopped mid-run (SIGKILL and SIGTERM) and started
 again: the run finishes, and no step that had finished is sent to its model again.
 
-The server is a subprocess over its own SQLite file (``tests/browser/server.py``); the test
+The server is a subprocess over its own SQLite file (``harness/server.py``); the test
 starts runs through the HTTP API and reads what is stored straight from that file.
 """
 
@@ -18,7 +18,7 @@ from contextlib import closing
 
 import pytest
 
-from tests.browser.server import LiveServer, pick_pool_id
+from harness.server import LiveServer, pick_pool_id
 
 # Four steps one after another, about 1.2 s each (the demo's "forge" worker at full latency).
 RUN = {
@@ -127,9 +127,9 @@ def assert_resumed_without_calling_finished_steps_again(
     started = Counter(e["step"]["id"] for e in events if e["type"] == "step.started")
     assert all(started[step_id] == 1 for step_id in before)  # never sent again
     assert [e["type"] for e in events].count("run.finished") == 1
-    (model_calls,) = query(
-        server, "SELECT model_calls FROM orchestrator_run WHERE id = ?", run_id
-    )[0]
+    (model_calls,) = query(server, "SELECT model_calls FROM orchestrator_run WHERE id = ?", run_id)[
+        0
+    ]
     assert model_calls == sum(attempts for _, _, attempts in steps) == 4
     sql = "SELECT fence, interruptions FROM orchestrator_run WHERE id = ?"
     return query(server, sql, run_id)[0]

@@ -16,13 +16,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orchestrator import selectors
-from orchestrator.engine.grading import GRADER_KINDS
-from orchestrator.engine.strategies import (
-    MAX_PROPOSERS,
-    MAX_REFLECTION_ROUNDS,
-    MAX_WORKER_INDEX,
-    STRATEGIES,
-)
 from orchestrator.models import Run
 from orchestrator.services.runs import run_cancel, run_create
 from webui.api.pagination import MAX_PAGE, PagePagination
@@ -33,6 +26,8 @@ from webui.api.serializers import (
     WholeNumberField,
 )
 from webui.converters import MAX_ID
+
+CHOICES = selectors.run_choices()
 
 
 def validation_error_from_django(error: DjangoValidationError) -> ValidationError:
@@ -55,7 +50,7 @@ class RunListCreateApi(APIView):
     class FilterSerializer(serializers.Serializer):
         status = serializers.ChoiceField(choices=Run.Status.choices, required=False)
         pool = WholeNumberField(required=False, min_value=1, max_value=MAX_ID)
-        strategy = serializers.ChoiceField(choices=STRATEGIES, required=False)
+        strategy = serializers.ChoiceField(choices=CHOICES.strategies, required=False)
         worker = serializers.CharField(
             required=False, max_length=100, help_text="A worker name used by any step."
         )
@@ -74,14 +69,14 @@ class RunListCreateApi(APIView):
         pool = WholeNumberField(
             min_value=1, max_value=MAX_ID, help_text="Id of a pool of one of your projects."
         )
-        strategy = serializers.ChoiceField(choices=STRATEGIES, default="conductor")
+        strategy = serializers.ChoiceField(choices=CHOICES.strategies, default="conductor")
         strategy_options = serializers.DictField(
             required=False,
             default=dict,
             help_text=(
-                f"single: worker (0-{MAX_WORKER_INDEX}). reflection: worker, rounds "
-                f"(1-{MAX_REFLECTION_ROUNDS}). moa: proposers (a list of at most {MAX_PROPOSERS} "
-                "workers), aggregator. The steps a strategy runs must fit the pool's "
+                f"single: worker (0-{CHOICES.max_worker_index}). reflection: worker, rounds "
+                f"(1-{CHOICES.max_reflection_rounds}). moa: proposers (a list of at most "
+                f"{CHOICES.max_proposers} workers), aggregator. The steps a strategy runs must fit the pool's "
                 "max_steps × max_rounds."
             ),
         )
@@ -92,7 +87,7 @@ class RunListCreateApi(APIView):
             help_text="The expected answer; at most CONDUCTOR_MAX_TEXT_BYTES (100 KB) in UTF-8.",
         )
         grader = serializers.ChoiceField(
-            choices=["", *GRADER_KINDS],
+            choices=["", *CHOICES.graders],
             required=False,
             allow_blank=True,
             default="",

@@ -39,9 +39,7 @@ _METHODS = ("get", "put", "post", "patch", "delete")
 def _response(description: str, component: str) -> dict[str, Any]:
     return {
         "description": description,
-        "content": {
-            "application/json": {"schema": {"$ref": f"#/components/schemas/{component}"}}
-        },
+        "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{component}"}}},
     }
 
 

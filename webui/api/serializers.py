@@ -4,12 +4,52 @@ input fields they share."""
 from __future__ import annotations
 
 import re
+import types
+import typing
 
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from orchestrator import wire
 from orchestrator.models import Step
+
+# What each kind of output field gives in JSON, as the wire shapes spell it.
+_JSON_TYPES = (
+    (serializers.BooleanField, bool),
+    (serializers.IntegerField, int),
+    (serializers.FloatField, float),
+    (serializers.DateTimeField, str),
+    (serializers.ChoiceField, str),
+    (serializers.CharField, str),
+    (serializers.ListField, list),
+)
+
+
+def follows(shape: type):
+    """Class decorator: the serializer gives exactly ``shape``'s keys (``orchestrator/wire.py``),
+    each of its type and nullable where the shape allows null. Checked at import, so an API
+    output cannot drift from the live payload it repeats."""
+
+    def check(serializer: type[serializers.Serializer]) -> type[serializers.Serializer]:
+        fields = serializer().get_fields()
+        hints = typing.get_type_hints(shape)
+        if set(fields) != set(hints):
+            raise TypeError(
+                f"{serializer.__name__} gives {sorted(fields)}, {shape.__name__} is {sorted(hints)}"
+            )
+        for name, field in fields.items():
+            hint = hints[name]
+            union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+            options = typing.get_args(hint) if union else (hint,)
+            kinds = {typing.get_origin(option) or option for option in options}
+            nullable = type(None) in kinds
+            given = next((kind for base, kind in _JSON_TYPES if isinstance(field, base)), None)
+            if field.allow_null != nullable or (given is not None and given not in kinds):
+                raise TypeError(f"{serializer.__name__}.{name} does not give {hint}")
+        return serializer
+
+    return check
 
 
 class WholeNumberField(serializers.IntegerField):
@@ -35,6 +75,7 @@ class TextField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+@follows(wire.Totals)
 class TotalsOutputSerializer(serializers.Serializer):
     """Sums over every model call of a run, the conductor's included."""
 
@@ -89,6 +130,7 @@ class RunSummaryOutputSerializer(RunPageUrlMixin):
         return run.created_by.get_username() if run.created_by_id else None
 
 
+@follows(wire.Step)
 class StepSummaryOutputSerializer(serializers.Serializer):
     """A step without the messages it was sent (``GET /api/steps/{id}/`` has them)."""
 
@@ -198,7 +240,9 @@ class RunDetailOutputSerializer(RunSummaryOutputSerializer):
         allow_null=True,
         help_text="The step whose worker started this run through /v1 (recursion), if any.",
     )
-    depth = serializers.IntegerField(help_text="How many /v1 calls deep the run is (0: a client's).")
+    depth = serializers.IntegerField(
+        help_text="How many /v1 calls deep the run is (0: a client's)."
+    )
     end_user = serializers.CharField(help_text="The `user` a /v1 client sent, if any.")
     plans = PlanOutputSerializer(many=True)
     steps = StepWithResponseOutputSerializer(many=True)

@@ -22,10 +22,9 @@ from django.core.exceptions import PermissionDenied, RequestDataTooBig, Validati
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from orchestrator import events
+from orchestrator import events, selectors, wire
 from orchestrator.models import ApiKey, Run
 from orchestrator.providers.calls import DEPTH_HEADER, STEP_HEADER
-from orchestrator.selectors import api_pools
 from orchestrator.services.api_keys import api_key_authenticate
 from orchestrator.services.chat import (
     DepthExceeded,
@@ -145,7 +144,7 @@ async def model_detail(request: HttpRequest, model: str) -> HttpResponse:
 
 
 async def _models(api_key: ApiKey) -> list[dict[str, Any]]:
-    pools = await sync_to_async(api_pools)(project=api_key.project_id)
+    pools = await sync_to_async(selectors.api_pools)(project=api_key.project_id)
     return [
         protocol.model_entry(
             model_id, created=int(pool.created_at.timestamp()), owned_by=api_key.project.slug
@@ -389,12 +388,12 @@ async def run_events(run_id: int) -> AsyncIterator[dict[str, Any]]:
     seen = 0
     try:
         while True:
-            for event in await sync_to_async(events.events_after)(run_id, seen):
+            for event in await sync_to_async(selectors.run_events_after)(run_id=run_id, seq=seen):
                 if event["seq"] <= seen:
                     continue
                 seen = event["seq"]
                 yield event
-                if event["type"] == events.RUN_FINISHED:
+                if event["type"] == wire.RUN_FINISHED:
                     return
             if channel is None:
                 await asyncio.sleep(EVENT_POLL_SECONDS)
@@ -412,7 +411,7 @@ async def run_events(run_id: int) -> AsyncIterator[dict[str, Any]]:
                     break  # a gap: take the missing ones from the database
                 seen = seq
                 yield event
-                if event["type"] == events.RUN_FINISHED:
+                if event["type"] == wire.RUN_FINISHED:
                     return
     finally:
         if channel is not None:

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from orchestrator import events
+from orchestrator import wire
 from orchestrator.engine.strategies import STRATEGIES
 from orchestrator.engine.types import PlanRecord, RunResult, StepRecord
 from orchestrator.models import Pool, Run, Step
@@ -189,35 +189,6 @@ class Command(BaseCommand):
         )
         self.stdout.write(f"See it at {self._url(run)}")
 
-    def _summary(self, run: Run) -> dict[str, Any]:
+    def _summary(self, run: Run) -> wire.CommandRun:
         steps = Step.objects.filter(run=run).order_by("round", "index")
-        return {
-            "id": run.pk,
-            "url": self._url(run),
-            "status": run.status,
-            "strategy": run.strategy,
-            "pool": run.pool.name,
-            "input": run.input,
-            "answer": run.answer,
-            "reference": run.reference,
-            "score": run.score,
-            "error": run.error,
-            "totals": events.totals_data(run),
-            "steps": [
-                {
-                    "round": step.round,
-                    "index": step.index,
-                    "worker": step.worker_name,
-                    "instruction": step.instruction,
-                    "access": step.access,
-                    "status": step.status,
-                    "response": step.response,
-                    "tokens_in": step.tokens_in,
-                    "tokens_out": step.tokens_out,
-                    "latency": step.latency,
-                    "attempts": step.attempts,
-                    "error": step.error,
-                }
-                for step in steps
-            ],
-        }
+        return wire.command_run_data(run, url=self._url(run), steps=steps)

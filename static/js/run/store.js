@@ -2,7 +2,7 @@
 // Follows the schema in orchestrator/events.py. Every operation is O(1) per event (apart from the
 // rare step that arrives out of order), so a run of many thousands of steps stays cheap.
 
-import { RUN_FINISHED } from "./statuses.js";
+import { EVENTS, RUN_FINISHED } from "./statuses.js";
 
 // What changed since the page last drew; filled by the store, consumed once per frame.
 export class Changes {
@@ -44,21 +44,21 @@ export class RunStore {
   // One event of orchestrator/events.py. The caller has already dropped events seen before.
   apply(event, changes) {
     switch (event.type) {
-      case "run.status":
+      case EVENTS.run_status:
         this.run = { ...this.run, status: event.status };
         changes.run = true;
         break;
-      case "plan.created":
+      case EVENTS.plan_created:
         this.putPlan(event.plan, changes);
         break;
-      case "step.created":
-      case "step.started":
-      case "step.finished":
-      case "step.failed":
+      case EVENTS.step_created:
+      case EVENTS.step_started:
+      case EVENTS.step_finished:
+      case EVENTS.step_failed:
         this.putStep(event.step, changes);
         if (event.totals) this.setTotals(event.totals, changes);
         break;
-      case "run.finished":
+      case EVENTS.run_finished:
         this.run = {
           ...this.run,
           status: event.status,

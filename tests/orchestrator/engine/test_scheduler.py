@@ -209,9 +209,7 @@ async def test_a_step_that_keeps_failing_fails_the_run_with_its_reason():
     assert sleep.delays == pytest.approx([0.1, 0.2, 0.4])
     assert client.call_count == 4
     assert [step.status for step in result.steps] == ["failed", "skipped"]
-    assert result.steps[1].error == (
-        "Not run: the run failed: step 0.0 (w0) failed: rate limited"
-    )
+    assert result.steps[1].error == ("Not run: the run failed: step 0.0 (w0) failed: rate limited")
     assert observer.names() == [
         "planning",
         "plan_created",

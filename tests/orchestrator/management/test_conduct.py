@@ -8,6 +8,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from orchestrator import wire
 from orchestrator.models import Run, Step
 
 QUESTION = (
@@ -49,6 +50,7 @@ def test_json_prints_one_object():
     assert summary["answer"] == run.answer
     assert [step["worker"] for step in summary["steps"]] == [run.pool.workers.get(position=1).name]
     assert summary["totals"]["model_calls"] == 1
+    assert wire.check(summary, wire.CommandRun) == []
 
 
 def test_a_failed_run_exits_non_zero(sim_pool):

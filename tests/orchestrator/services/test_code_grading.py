@@ -30,7 +30,9 @@ def test_reviewers_may_not_set_a_code_reference(sim_pool, reviewer):
     assert not Run.objects.exists()
 
 
-def test_project_admins_superusers_and_the_cli_may(code_sandbox, sim_pool, project_admin, superuser):
+def test_project_admins_superusers_and_the_cli_may(
+    code_sandbox, sim_pool, project_admin, superuser
+):
     for user in (project_admin, superuser, None):
         assert code_run(sim_pool, created_by=user).grader == "code"
 

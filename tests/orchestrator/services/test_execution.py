@@ -27,7 +27,7 @@ async def drain(layer, channel: str) -> list[dict]:
             message = await asyncio.wait_for(layer.receive(channel), timeout=0.2)
         except TimeoutError:
             return received
-        received.append(message["event"])
+        received.extend(message["events"] if "events" in message else [message["event"]])
 
 
 @pytest.mark.django_db(transaction=True)
@@ -85,16 +85,23 @@ async def test_cancelling_stops_the_inline_task(sim_pool, monkeypatch):
     assert run.status == Run.Status.CANCELLED
 
 
-def test_celery_backend_sends_the_run_id(monkeypatch, settings):
-    import sys
-    import types
+def test_celery_backend_sends_the_run_id_to_the_run_execute_task(settings):
+    from celery import current_app
 
-    sent = []
-    fake_tasks = types.ModuleType("orchestrator.tasks")
-    fake_tasks.run_execute_task = types.SimpleNamespace(delay=sent.append)
-    monkeypatch.setitem(sys.modules, "orchestrator.tasks", fake_tasks)
+    import orchestrator.tasks  # noqa: F401  (registers the task the message names)
+
     settings.CONDUCTOR_EXECUTION = "celery"
 
     execution.run_enqueue(run_id=42)
 
-    assert sent == [42]
+    with current_app.connection_for_read() as connection:
+        queue = connection.SimpleQueue(settings.CELERY_TASK_DEFAULT_QUEUE)
+        try:
+            message = queue.get(timeout=2)
+            message.ack()
+        finally:
+            queue.close()
+    assert message.headers["task"] == execution.RUN_EXECUTE_TASK
+    assert message.headers["task"] in current_app.tasks  # a worker knows the name
+    args, kwargs, _ = message.decode()
+    assert (args, kwargs) == ([42], {})

@@ -9,7 +9,7 @@ from datetime import timedelta
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from orchestrator import events, providers
+from orchestrator import providers, selectors, wire
 from orchestrator.models import Run, RunEvent, Step
 from orchestrator.selectors import run_ids_unheld
 from orchestrator.services.ownership import run_claim, run_claim_release
@@ -67,7 +67,7 @@ def test_a_run_that_killed_its_worker_too_often_is_failed_with_that_reason(
     assert run.error.startswith("This run killed its worker 2 times")
     assert "CONDUCTOR_RUN_MAX_INTERRUPTIONS" in run.error
     assert (run.executor, run.interruptions) == ("", 2)
-    finished = RunEvent.objects.get(run=run, type=events.RUN_FINISHED).data
+    finished = RunEvent.objects.get(run=run, type=wire.RUN_FINISHED).data
     assert (finished["status"], finished["error"]) == ("failed", run.error)
 
 
@@ -119,9 +119,9 @@ def test_an_execution_taken_over_mid_call_records_nothing_more(
     assert run.status == Run.Status.SUCCEEDED, run.error
     assert state["calls"] == 3 + 2
     assert run.model_calls == 4 and run.fence == 3
-    stored = events.events_after(run.pk, 0)
+    stored = selectors.run_events_after(run_id=run.pk, seq=0)
     assert [e["seq"] for e in stored] == list(range(1, run.last_seq + 1))
-    assert sum(e["type"] == events.STEP_FINISHED for e in stored) == 4
+    assert sum(e["type"] == wire.STEP_FINISHED for e in stored) == 4
 
 
 def test_a_starting_server_resumes_runs_no_live_execution_holds(sim_pool):

@@ -215,11 +215,11 @@ def test_events_reach_the_layer_in_seq_order_even_when_sending_is_slow(sim_pool,
     received: list[int] = []
     jitter = random.Random(3)
 
-    async def slow_send(event: dict) -> None:
+    async def slow_send(batch: list[dict]) -> None:
         await asyncio.sleep(jitter.random() / 200)  # a remote layer, answering unevenly
-        received.append(event["seq"])
+        received.extend(event["seq"] for event in batch)
 
-    monkeypatch.setattr(events_module, "send_async", slow_send)
+    monkeypatch.setattr(events_module, "send_many_async", slow_send)
     run = new_run(sim_pool, strategy="moa")  # four proposers run concurrently
     run_execute(run_id=run.pk)
     run.refresh_from_db()
@@ -264,7 +264,7 @@ def test_a_failed_run_skips_the_steps_it_never_started_and_has_no_answer(
 
 
 def test_a_run_stopped_by_a_bug_closes_its_running_and_pending_steps(sim_pool):
-    from orchestrator.services.recording import record_run_failed
+    from orchestrator.services.ending import run_fail
     from tests.factories import make_step
 
     run = new_run(sim_pool, strategy="moa")
@@ -272,7 +272,7 @@ def test_a_run_stopped_by_a_bug_closes_its_running_and_pending_steps(sim_pool):
     pending = make_step(run=run, index=1)
     done = make_step(run=run, index=2, status=Step.Status.SUCCEEDED, response="4")
 
-    record_run_failed(run_id=run.pk, error="KeyError: 'x'")
+    run_fail(run_id=run.pk, error="KeyError: 'x'")
 
     running.refresh_from_db(), pending.refresh_from_db(), done.refresh_from_db()
     assert running.status == "cancelled"

@@ -15,12 +15,8 @@ from orchestrator.engine.types import (
     Workflow,
 )
 from orchestrator.models import Run, RunEvent, Step
-from orchestrator.services.recording import (
-    RecordingObserver,
-    RunCancelled,
-    RunRecorder,
-    RunTakenOver,
-)
+from orchestrator.services.recorder import RunCancelled, RunRecorder, RunTakenOver
+from orchestrator.services.recording import RecordingObserver
 from tests.factories import make_run
 
 WORKFLOW = Workflow((StepSpec(0, "solve it", ()), StepSpec(1, "check step 0", (0,))))

@@ -16,8 +16,8 @@ import urllib.request
 
 import pytest
 
+from harness.server import LiveServer, start_live_server
 from orchestrator.services.runs import CANCEL_WAIT_SECONDS
-from tests.browser.server import LiveServer, start_live_server
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.browser.server import LiveServer
+from harness.server import LiveServer
 
 DEMO_MODEL = "offline-demo-simulated"
 SELF_KEY_ENV = "CONDUCTOR_TEST_SELF_KEY"

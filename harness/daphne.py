@@ -13,9 +13,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.browser.server import free_port
+from harness.server import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass

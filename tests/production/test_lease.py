@@ -8,7 +8,7 @@ import time
 import pytest
 from django.conf import settings
 
-from orchestrator.tasks import RunLease
+from orchestrator.lease import RunLease
 
 pytestmark = pytest.mark.production
 

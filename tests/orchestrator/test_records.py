@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from orchestrator.engine.types import PlanAttempt
 from orchestrator.models import Plan
-from orchestrator.services.records import plan_record_from_row
+from orchestrator.records import plan_record_from_row
 
 
 def test_stored_attempts_missing_or_unknown_keys_read_with_defaults():

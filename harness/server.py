@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM_PATH = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",

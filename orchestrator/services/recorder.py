@@ -1,0 +1,449 @@
+"""Storing a run as it executes: one short transaction per engine callback.
+
+``RunRecorder`` is synchronous (the async adapter that the engine calls is
+``services/recording.py``). It keeps what it wrote (step rows, stored plan rounds, totals, the
+run's status) so that each callback costs two to four statements, in plain SQL on the hot path
+(``orchestrator/sql.py``): storing is meant to cost a few milliseconds per step at most
+(``python -m bench.stored_overhead``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from orchestrator import events, wire
+from orchestrator.engine.types import PlanRecord, RunResult, StepRecord
+from orchestrator.models import Plan, Run, Step
+from orchestrator.records import access_to_data, attempts_to_data, workflow_to_data
+from orchestrator.services.ending import close_open_steps, lock_open_steps, run_end_reason
+from orchestrator.sql import RUN_TABLE, advance_seq, db_datetime, insert_rows
+
+TOTAL_FIELDS = wire.TOTAL_FIELDS
+STEP_TABLE = Step._meta.db_table
+STEP_RESULT_FIELDS = (
+    "status", "messages", "response", "tokens_in", "tokens_out", "cost", "latency", "attempts",
+    "error", "finished_at",
+)  # fmt: skip
+_STEP_RESULT_SQL = (
+    f"UPDATE {STEP_TABLE} SET {', '.join(f'{field} = %s' for field in STEP_RESULT_FIELDS)} "
+    "WHERE id = %s AND status NOT IN (%s, %s)"
+)
+_STEP_MESSAGES = Step._meta.get_field("messages")
+_STEP_READS = Step._meta.get_field("reads")
+
+
+class RunClosed(Exception):
+    """The run finished elsewhere while it executed (cancelled, or failed by another process):
+    execution stops without writing more, so nothing follows the run's ``run.finished``."""
+
+
+class RunCancelled(RunClosed):
+    """The run was cancelled while it executed; execution stops without writing more."""
+
+
+class RunTakenOver(Exception):
+    """Another execution took the run over (its fence moved on); this one stops without writing
+    more (see ``services/ownership.py``)."""
+
+
+class RunRecorder:
+    """Stores the callbacks of one run's execution (sync; one thread at a time).
+
+    ``steps`` are the run's stored Step rows (a resumed run has some), ``plan_rounds`` the rounds
+    whose plan is stored, ``totals`` the run's stored totals and ``status`` its stored status: the
+    recorder keeps all four current. Every method publishes its events with ``deliver``, which
+    receives them after the commit. With ``fence`` (the execution's fencing token), a callback
+    is stored only while the run's fence is still that one; else it raises RunTakenOver.
+
+    Each callback is one transaction of two to four short statements, in plain SQL where the ORM
+    would spend more time building a statement than the database spends running it: the step's
+    row first (conditional, so a stored result is never overwritten), then one UPDATE of the run
+    row that checks its status, adds to its totals and takes the seqs of the callback's events
+    (the row lock it holds until the commit keeps seqs gapless and in commit order), then one
+    INSERT of those events.
+    """
+
+    def __init__(
+        self,
+        *,
+        run_id: int,
+        worker_ids: Sequence[int],
+        steps: Iterable[Step] = (),
+        plan_rounds: Iterable[int] = (),
+        totals: dict[str, Any] | None = None,
+        status: str | None = None,
+        deliver: Any = None,
+        fence: int | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.fence = fence
+        self.worker_ids = list(worker_ids)
+        self.steps: dict[tuple[int, int], Step] = {(s.round, s.index): s for s in steps}
+        self.plan_rounds = set(plan_rounds)
+        self.totals = dict.fromkeys(TOTAL_FIELDS, 0) | dict(totals or {})
+        self.status = status
+        self.deliver = deliver
+
+    # Helpers ------------------------------------------------------------------------------------
+
+    def _publish(self, items: list[tuple[str, dict[str, Any]]], last_seq: int) -> None:
+        events.store_events(self.run_id, items, last_seq=last_seq, deliver=self.deliver)
+
+    def _run_status(self) -> str:
+        """The run's stored status (row-locked where the database can); raises RunTakenOver if
+        another execution took it over, RunClosed if it has finished (RunCancelled if it was
+        cancelled)."""
+        lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT status, fence FROM {RUN_TABLE} WHERE id = %s{lock}", [self.run_id]
+            )
+            row = cursor.fetchone()
+        if row is None:
+            raise Run.DoesNotExist(f"run {self.run_id} does not exist")
+        if self.fence is not None and row[1] != self.fence:
+            raise RunTakenOver(f"run {self.run_id} was taken over by another execution")
+        if row[0] == Run.Status.CANCELLED:
+            raise RunCancelled(f"run {self.run_id} was cancelled")
+        if row[0] in Run.FINISHED:
+            raise RunClosed(f"run {self.run_id} has finished ({row[0]})")
+        return row[0]
+
+    def _advance_run(
+        self,
+        *,
+        event_count: int,
+        move_to: str | None = None,
+        check_cancelled: bool = True,
+        add: dict[str, float] | None = None,
+    ) -> tuple[int, bool]:
+        """One UPDATE of the run row: take ``event_count`` seqs (one more if the run moves to
+        ``move_to``), add ``add`` to the totals, move the status; read back the totals.
+
+        Raises RunClosed (rolling the callback back) if ``check_cancelled`` and the run has
+        finished (RunCancelled if it was cancelled). A run not moved gets no status event.
+        Returns the run's new last_seq and whether it moved (the caller then announces it).
+        """
+        add = add or {}
+        unknown = set(add) - set(TOTAL_FIELDS)
+        if unknown:
+            raise ValueError(f"not a total: {', '.join(sorted(unknown))}")
+        if move_to is not None and self.status is None:
+            self.status = self._run_status()
+        moving = move_to is not None and move_to != self.status
+        row = self._update_run(
+            event_count + moving, add, move_to if moving else None, check_cancelled
+        )
+        if row is None and (moving or check_cancelled):
+            # The status condition failed: the run finished elsewhere (this raises).
+            self._run_status()
+            moving = False
+            row = self._update_run(event_count, add, None, False)
+        if row is None:
+            self._run_status()  # taken over (raises), else gone
+            raise Run.DoesNotExist(f"run {self.run_id} does not exist")
+        last_seq, *totals = row
+        self.totals.update(zip(TOTAL_FIELDS, totals, strict=True))
+        if moving:
+            self.status = move_to
+        return last_seq, moving
+
+    def _update_run(
+        self, event_count: int, add: dict[str, float], move_to: str | None, conditional: bool
+    ) -> tuple | None:
+        assignments: list[str] = []
+        assignment_params: list[Any] = []
+        for field, amount in add.items():
+            assignments.append(f"{field} = {field} + %s")
+            assignment_params.append(amount)
+        if move_to is not None:
+            assignments += ["status = %s", "started_at = COALESCE(started_at, %s)"]
+            assignment_params += [str(move_to), db_datetime(timezone.now())]
+        conditions, condition_params = self._conditions(conditional)
+        return advance_seq(
+            self.run_id,
+            event_count,
+            assignments=assignments,
+            assignment_params=assignment_params,
+            conditions=conditions,
+            condition_params=condition_params,
+            returning=TOTAL_FIELDS,
+        )
+
+    def _conditions(self, unfinished: bool) -> tuple[list[str], list[Any]]:
+        """The WHERE conditions of a write to the run row: this execution still holds it (its
+        fence), and with ``unfinished`` the run has not finished (its run.finished stays its
+        last event)."""
+        conditions: list[str] = []
+        params: list[Any] = []
+        if self.fence is not None:
+            conditions.append("fence = %s")
+            params.append(self.fence)
+        if unfinished:
+            conditions.append(f"status NOT IN ({', '.join(['%s'] * len(Run.FINISHED))})")
+            params += [str(status) for status in Run.FINISHED]
+        return conditions, params
+
+    def _step_row(self, record: StepRecord) -> Step:
+        key = (record.round, record.index)
+        row = self.steps.get(key)
+        if row is None:
+            row = Step.objects.get(run_id=self.run_id, round=record.round, index=record.index)
+            self.steps[key] = row
+        return row
+
+    def _new_plan_rows(self, plans: Iterable[PlanRecord]) -> list[Plan]:
+        """Unsaved rows for the plans whose round is not stored yet (one per round)."""
+        rows: dict[int, Plan] = {}
+        for plan in plans:
+            if plan.round in self.plan_rounds or plan.round in rows:
+                continue
+            rows[plan.round] = Plan(
+                run_id=self.run_id,
+                round=plan.round,
+                strategy=plan.strategy,
+                messages=list(plan.messages),
+                attempts=attempts_to_data(plan.attempts),
+                workflow=workflow_to_data(plan.workflow),
+                error=plan.error,
+            )
+        return list(rows.values())
+
+    def _store_plans(self, rows: list[Plan]) -> list:
+        """Insert new plan rows; returns their ``plan.created`` events."""
+        if not rows:
+            return []
+        insert_rows(rows)
+        self.plan_rounds.update(row.round for row in rows)
+        return [(wire.PLAN_CREATED, {"plan": wire.plan_data(row)}) for row in rows]
+
+    def _plan_usage(self, plan: PlanRecord) -> dict[str, float]:
+        attempts = plan.attempts
+        return {
+            "tokens_in": sum(a.tokens_in for a in attempts),
+            "tokens_out": sum(a.tokens_out for a in attempts),
+            "cost": sum(a.cost for a in attempts),
+            "model_calls": len(attempts),
+        }
+
+    # Callbacks ----------------------------------------------------------------------------------
+
+    def planning(self, round: int) -> None:
+        """The strategy is about to write the workflow of ``round``."""
+        with transaction.atomic():
+            last_seq, moved = self._advance_run(event_count=0, move_to=Run.Status.PLANNING)
+            if moved:
+                self._publish([(wire.RUN_STATUS, {"status": str(Run.Status.PLANNING)})], last_seq)
+
+    def plan_created(self, plan: PlanRecord, steps: Sequence[StepRecord]) -> None:
+        """Store the plan of a round and its steps (pending), with reads resolved to step ids."""
+        plan_rows = self._new_plan_rows([plan])
+        new_steps = [
+            Step(
+                run_id=self.run_id,
+                round=record.round,
+                index=record.index,
+                instruction=record.spec.instruction,
+                worker_id=self._worker_id(record.spec.worker),
+                worker_index=record.spec.worker,
+                worker_name=record.worker_name,
+                model=record.model,
+                access=access_to_data(record.spec.access),
+            )
+            for record in steps
+            if (record.round, record.index) not in self.steps
+        ]
+        usage = self._plan_usage(plan) if plan_rows else {}
+        if new_steps:
+            usage["step_count"] = len(new_steps)
+        with transaction.atomic():
+            last_seq, _ = self._advance_run(event_count=len(plan_rows) + len(new_steps), add=usage)
+            items = self._store_plans(plan_rows)
+            if new_steps:
+                for row in new_steps:
+                    row.plan = plan_rows[0] if plan_rows else None
+                insert_rows(new_steps)
+                self.steps.update({(s.round, s.index): s for s in new_steps})
+                self._store_reads(steps, {s.index: s for s in new_steps})
+            items += [(wire.STEP_CREATED, {"step": wire.step_data(s)}) for s in new_steps]
+            if items:
+                self._publish(items, last_seq)
+
+    def _store_reads(self, records: Sequence[StepRecord], new_by_index: dict[int, Step]) -> None:
+        """Resolve what each new step reads to step ids (known once the rows are inserted)."""
+        updates = []
+        for record in records:
+            row = new_by_index.get(record.index)
+            if row is not None and record.reads:
+                row.reads = [self.steps[(record.round, read)].pk for read in record.reads]
+                updates.append([_STEP_READS.get_db_prep_save(row.reads, connection), row.pk])
+        if updates:
+            with connection.cursor() as cursor:
+                cursor.executemany(f"UPDATE {STEP_TABLE} SET reads = %s WHERE id = %s", updates)
+
+    def step_started(self, record: StepRecord) -> None:
+        """A step was sent to its worker: store exactly what it was sent."""
+        row = self._step_row(record)
+        messages = list(record.messages)
+        started_at = timezone.now()
+        with transaction.atomic():
+            written = False
+            if row.status != Step.Status.SUCCEEDED:  # a stored result is kept
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        f"UPDATE {STEP_TABLE} SET status = %s, messages = %s, started_at = %s, "
+                        "finished_at = NULL, error = '' WHERE id = %s AND status != %s",
+                        [
+                            str(Step.Status.RUNNING),
+                            _STEP_MESSAGES.get_db_prep_save(messages, connection),
+                            db_datetime(started_at),
+                            row.pk,
+                            str(Step.Status.SUCCEEDED),
+                        ],
+                    )
+                    written = cursor.rowcount == 1
+            last_seq, moved = self._advance_run(
+                event_count=int(written), move_to=Run.Status.RUNNING
+            )
+            items: list = []
+            if moved:
+                items.append((wire.RUN_STATUS, {"status": str(Run.Status.RUNNING)}))
+            if written:
+                row.status = Step.Status.RUNNING
+                row.messages = messages
+                row.started_at = started_at
+                row.finished_at = None
+                row.error = ""
+                items.append((wire.STEP_STARTED, {"step": wire.step_data(row)}))
+            if items:
+                self._publish(items, last_seq)
+
+    def step_result(self, record: StepRecord) -> None:
+        """A step succeeded or failed: store its response, usage and error, once.
+
+        The write is conditional on the row having no result yet (the database checks it under
+        the row lock): a redelivered task or a second execution never overwrites a stored result
+        nor counts its usage twice.
+        """
+        succeeded = record.status == "succeeded"
+        values = {
+            "status": Step.Status.SUCCEEDED if succeeded else Step.Status.FAILED,
+            "messages": list(record.messages),
+            "response": record.response,
+            "tokens_in": record.tokens_in,
+            "tokens_out": record.tokens_out,
+            "cost": record.cost,
+            "latency": record.latency if succeeded else None,
+            "attempts": record.attempts,
+            "error": record.error,
+            "finished_at": timezone.now(),
+        }
+        row = self._step_row(record)
+        params = [
+            str(values["status"]),
+            _STEP_MESSAGES.get_db_prep_save(values["messages"], connection),
+            *(values[field] for field in STEP_RESULT_FIELDS[2:-1]),
+            db_datetime(values["finished_at"]),
+            row.pk,
+            str(Step.Status.SUCCEEDED),
+            str(Step.Status.FAILED),
+        ]
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(_STEP_RESULT_SQL, params)
+                if cursor.rowcount != 1:
+                    return
+            # Checks the run is still going: a result that arrives after the run finished (a
+            # cancel while the step ran) is rolled back, as the step ended cancelled and
+            # run.finished must stay the run's last event.
+            last_seq, _ = self._advance_run(
+                event_count=1,
+                add={
+                    "tokens_in": record.tokens_in,
+                    "tokens_out": record.tokens_out,
+                    "cost": record.cost,
+                    "model_calls": record.attempts,
+                },
+            )
+            for field, value in values.items():
+                setattr(row, field, value)
+            event_type = wire.STEP_FINISHED if succeeded else wire.STEP_FAILED
+            data = {"step": wire.step_data(row), "totals": dict(self.totals)}
+            self._publish([(event_type, data)], last_seq)
+
+    def run_finished(self, result: RunResult, score: float | None, grading_error: str = "") -> None:
+        """Store how the run ended: plans never announced (accepting or unusable ones), the
+        answer, score, error (or why the answer was not graded) and the engine's final totals;
+        steps it never started end skipped. A run already finished is kept."""
+        error = result.error or grading_error
+        plan_rows = self._new_plan_rows(result.plans)  # their calls are in the totals below
+        totals = result.totals
+        status = Run.Status.SUCCEEDED if result.status == "succeeded" else Run.Status.FAILED
+        finished_at = timezone.now()
+        assignments = {
+            "status": str(status),
+            "answer": result.answer,
+            "error": error,
+            "score": score,
+            "tokens_in": totals.tokens_in,
+            "tokens_out": totals.tokens_out,
+            "cost": totals.cost,
+            "model_calls": totals.model_calls,
+            "wall_time": totals.wall_time,
+            "finished_at": db_datetime(finished_at),
+        }
+        conditions, condition_params = self._conditions(True)
+        assignment_sql = [f"{name} = %s" for name in assignments]
+        assignment_sql.append("started_at = COALESCE(started_at, %s)")
+        with transaction.atomic():
+            open_steps = lock_open_steps(run_id=self.run_id)
+            row = advance_seq(
+                self.run_id,
+                len(plan_rows) + 1,
+                assignments=assignment_sql,
+                assignment_params=[*assignments.values(), db_datetime(finished_at)],
+                conditions=conditions,
+                condition_params=condition_params,
+                returning=("step_count",),
+            )
+            if row is None:
+                return
+            last_seq, step_count = row
+            self.status = status
+            closed = close_open_steps(
+                run_id=self.run_id,
+                open_steps=open_steps,
+                why=run_end_reason(status, result.error),
+                at=finished_at,
+            )
+            items = self._store_plans(plan_rows)
+            self.totals.update(
+                tokens_in=totals.tokens_in,
+                tokens_out=totals.tokens_out,
+                cost=totals.cost,
+                model_calls=totals.model_calls,
+                wall_time=totals.wall_time,
+                step_count=step_count,
+            )
+            items.append(
+                (
+                    wire.RUN_FINISHED,
+                    wire.finished_data(
+                        status=status,
+                        answer=result.answer,
+                        score=score,
+                        error=error,
+                        totals=dict(self.totals),
+                        finished_at=finished_at,
+                        closed_steps=closed,
+                    ),
+                )
+            )
+            self._publish(items, last_seq)
+
+    def _worker_id(self, index: int) -> int | None:
+        return self.worker_ids[index] if 0 <= index < len(self.worker_ids) else None
