@@ -225,7 +225,8 @@ async def test_the_observer_sends_each_callbacks_events_after_its_commit_in_orde
     records = step_records()
 
     await observer.planning(0)
-    assert [e["type"] for e in sent_events] == ["run.status"]  # sent as soon as it committed
+    await observer.flush()  # the sender beside the execution sends what committed, in order
+    assert [e["type"] for e in sent_events] == ["run.status"]
     await observer.plan_created(plan_record(), records)
     await observer.step_started(records[0])
     await observer.step_finished(finished(records[0], "50"))
@@ -233,6 +234,7 @@ async def test_the_observer_sends_each_callbacks_events_after_its_commit_in_orde
     failed = records[1]
     failed.status, failed.error, failed.attempts = "failed", "timed out", 2
     await observer.step_failed(failed)
+    await observer.flush()
 
     assert [e["seq"] for e in sent_events] == list(range(1, 10))
     assert [e["type"] for e in sent_events][-2:] == ["step.started", "step.failed"]
