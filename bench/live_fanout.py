@@ -43,12 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._support import ADMIN_DATABASE_URL, REDIS_URL, services_problem
 from harness.celery_worker import spawn_celery_worker, wait_until_ready
 
-ADMIN_DATABASE_URL = os.environ.get(
-    "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"
-)
-REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
 CLIENTS = 1000
 SERVERS = 2
 WORKERS = 2
@@ -60,24 +57,6 @@ RUN_TIMEOUT = 180.0
 CONNECTING_AT_ONCE = 50
 """Handshakes in flight at once (a real crowd arrives over time, not in one instant)."""
 TARGET_P95_MS = 50.0
-
-
-def services_problem() -> str:
-    try:
-        import psycopg
-
-        psycopg.connect(ADMIN_DATABASE_URL, connect_timeout=3).close()
-    except Exception as error:  # noqa: BLE001 - any failure means "not here"
-        return f"PostgreSQL does not answer at {urlsplit(ADMIN_DATABASE_URL).netloc}: {error}"
-    try:
-        import redis
-
-        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
-        client.ping()
-        client.close()
-    except Exception as error:  # noqa: BLE001
-        return f"Redis does not answer at {urlsplit(REDIS_URL).netloc}: {error}"
-    return ""
 
 
 def free_port() -> int:
