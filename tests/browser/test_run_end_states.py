@@ -7,12 +7,10 @@ still going when the button is clicked.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from harness.server import LiveServer, RunMaker, wait_for_js
-from tests.browser.pages import step_states
+from tests.browser.pages import record_frames, step_states
 
 pytestmark = pytest.mark.browser
 
@@ -23,21 +21,6 @@ def graph_states(page) -> dict[int, str]:
             "window.runPage.graph.cy.nodes('.step').map((n) => [n.data('step'), n.data('status')])"
         )
     )
-
-
-def record_frames(page) -> list[dict]:
-    frames: list[dict] = []
-
-    def on_socket(socket):
-        socket.on(
-            "framereceived",
-            lambda payload: (
-                frames.append(json.loads(payload)) if isinstance(payload, str) else None
-            ),
-        )
-
-    page.on("websocket", on_socket)
-    return frames
 
 
 def test_cancel_button_stops_a_run_and_the_page_shows_every_step_closed(slow_page, slow_server):

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from harness.server import RunMaker, wait_for_js
-from tests.browser.pages import step_states
+from tests.browser.pages import record_frames, step_states
 
 pytestmark = pytest.mark.browser
 
@@ -29,22 +29,6 @@ def api_steps(page, base_url: str, run_id: int) -> list[dict]:
     response = page.request.get(f"{base_url}/api/runs/{run_id}/")
     assert response.ok, response.text()
     return response.json()["steps"]
-
-
-def record_frames(page) -> list[dict]:
-    """Every websocket message the page receives, parsed."""
-    frames: list[dict] = []
-
-    def on_socket(socket):
-        socket.on(
-            "framereceived",
-            lambda payload: (
-                frames.append(json.loads(payload)) if isinstance(payload, str) else None
-            ),
-        )
-
-    page.on("websocket", on_socket)
-    return frames
 
 
 def test_a_run_started_from_the_form_unfolds_live(slow_page, slow_server):
