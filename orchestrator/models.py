@@ -371,3 +371,37 @@ class ApiKey(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class AuditEntry(models.Model):
+    """One admin action in a project (a pool or worker change, a replay, a membership change, a
+    review resolution...), with who did it, when, and the target's state before and after.
+
+    Written only by ``orchestrator.services.audit.audit_record``; never updated or deleted by the
+    application. ``before`` and ``after`` hold the fields that changed (never a secret: a key is
+    named by its environment variable, never stored).
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="audit_entries")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="audit_entries",
+    )
+    actor_name = models.CharField(max_length=150, blank=True, help_text="Kept if the user goes.")
+    action = models.CharField(max_length=40, help_text='A dotted verb: "pool.update", ...')
+    target_type = models.CharField(max_length=40)
+    target_id = models.PositiveBigIntegerField(null=True, blank=True)
+    target_label = models.CharField(max_length=200, blank=True)
+    before = models.JSONField(default=dict, blank=True)
+    after = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "-created_at"], name="audit_project_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.target_type} {self.target_id} by {self.actor_name}"
