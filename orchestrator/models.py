@@ -266,6 +266,11 @@ class Plan(models.Model):
         null=True, blank=True, help_text="[{worker, instruction, access}]; [] accepts."
     )
     error = models.TextField(blank=True)
+    # A replay keeps its source's plan of a round: the plan it was copied from (its conductor
+    # calls are not counted again).
+    reused_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reused_by"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from orchestrator.engine.replay import SourceRound
 from orchestrator.engine.types import (
     ALL,
     Access,
@@ -85,6 +86,7 @@ def plan_record_from_row(plan: Plan) -> PlanRecord:
         attempts=[attempt_from_data(attempt) for attempt in plan.attempts],
         workflow=workflow_from_data(plan.workflow),
         error=plan.error,
+        reused_from=plan.reused_from_id,
     )
 
 
@@ -119,5 +121,51 @@ def resume_state_from_rows(plans: list[Plan], steps: list[Step]) -> ResumeState:
             latency=step.latency or 0.0,
             attempts=step.attempts,
             error=step.error,
+            reused_from=step.reused_from_id,
         )
     return ResumeState(plans=plan_records, steps=step_records)
+
+
+def source_rounds_from_rows(
+    plans: list[Plan], steps: list[Step], *, worker_positions: dict[int, int]
+) -> list[SourceRound]:
+    """A replay's source as the engine reads it: each stored round's plan (``reused_from`` its
+    id) and its steps in order, each spec as the step ran (its worker numbered by
+    ``worker_positions``, worker id to index among the pool's enabled workers now) and
+    ``reused_from`` the step's id. Rounds without a plan row are left out."""
+    by_round: dict[int, list[Step]] = {}
+    for step in steps:
+        by_round.setdefault(step.round, []).append(step)
+    rounds = []
+    for plan in sorted(plans, key=lambda row: row.round):
+        record = plan_record_from_row(plan)
+        record.reused_from = plan.reused_from_id or plan.pk  # the one that was made
+        records = []
+        for step in sorted(by_round.get(plan.round, []), key=lambda row: row.index):
+            spec = StepSpec(
+                worker_positions.get(step.worker_id or 0, step.worker_index),
+                step.instruction,
+                access_from_data(step.access),
+            )
+            records.append(
+                StepRecord(
+                    round=step.round,
+                    index=step.index,
+                    spec=spec,
+                    worker_name=step.worker_name,
+                    model=step.model,
+                    reads=(),
+                    messages=list(step.messages),
+                    status=step.status,  # type: ignore[arg-type]
+                    response=step.response,
+                    tokens_in=step.tokens_in,
+                    tokens_out=step.tokens_out,
+                    cost=step.cost,
+                    latency=step.latency or 0.0,
+                    attempts=step.attempts,
+                    error=step.error,
+                    reused_from=step.reused_from_id or step.pk,  # the one that ran
+                )
+            )
+        rounds.append(SourceRound(plan=record, steps=tuple(records)))
+    return rounds

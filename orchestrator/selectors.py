@@ -410,3 +410,45 @@ def api_keys_of(*, user: Any) -> QuerySet[ApiKey]:
         .select_related("project")
         .order_by("-created_at", "-id")
     )
+
+
+MAX_FAMILY = 500
+"""The most runs a family read returns (its root first, then replays oldest first)."""
+
+
+def run_family(*, run: Run) -> wire.Family:
+    """The family of ``run``: the source it was replayed from, and that one's, up to the root;
+    then the root and every replay made from it or from its replays, level by level, oldest
+    first. Bounded by MAX_FAMILY runs (one query per level)."""
+    root = run
+    seen = {run.pk}
+    while root.replay_of_id is not None and len(seen) < MAX_FAMILY:
+        parent = Run.objects.filter(pk=root.replay_of_id, project_id=run.project_id).first()
+        if parent is None or parent.pk in seen:
+            break
+        seen.add(parent.pk)
+        root = parent
+    members = [Run.objects.select_related("created_by").get(pk=root.pk)]
+    frontier = [root.pk]
+    while frontier and len(members) < MAX_FAMILY:
+        children = list(
+            Run.objects.filter(replay_of_id__in=frontier, project_id=run.project_id)
+            .select_related("created_by")
+            .order_by("created_at", "id")[: MAX_FAMILY - len(members)]
+        )
+        members += children
+        frontier = [child.pk for child in children]
+    return {"root": root.pk, "runs": [wire.family_run_data(member) for member in members]}
+
+
+def run_replay_context(*, run: Run, user: Any) -> dict[str, Any]:
+    """What the run page needs to offer a replay: whether the user may (admins; the page offers
+    it once the run has finished), the pool's enabled workers (id and name, in the engine's
+    order), and the run's family."""
+    can_replay = user_role(user=user, project=run.project_id) == Membership.Role.ADMIN
+    workers = Worker.objects.filter(pool_id=run.pool_id, enabled=True).order_by("position", "id")
+    return {
+        "can_replay": can_replay,
+        "workers": [{"id": w.pk, "name": w.name} for w in workers] if can_replay else [],
+        "family": run_family(run=run),
+    }

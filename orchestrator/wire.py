@@ -12,7 +12,8 @@ Every event is ``{"type", "run", "seq", ...}``, ``seq`` increasing by one per ru
 
 ``run.status``     ``status``: the run's new status (queued, planning, running, ...).
 ``plan.created``   ``plan``: Plan (the conductor's output for a round).
-``step.created``   ``step``: Step, status pending.
+``step.created``   ``step``: Step, status pending (or succeeded, with ``reused_from``: a step a
+                   replay reuses from its source).
 ``step.started``   ``step``: Step, status running.
 ``step.finished``  ``step``: Step, status succeeded; ``totals``: Totals of the run so far.
 ``step.failed``    ``step``: Step, status failed (``error`` says why); ``totals``: Totals.
@@ -582,3 +583,61 @@ def check_event(event: dict[str, Any]) -> list[str]:
     if shape is None:
         return [f"unknown event type {event.get('type')!r}"]
     return check(event, shape)
+
+
+# Replays -----------------------------------------------------------------------------------------
+
+
+class Edit(TypedDict):
+    """One change a replay made to its source (``Run.edits``): a step's ``instruction``,
+    ``worker`` (``{"id", "name"}``) or ``access``, before and after; or ``replan_from`` (the
+    conductor wrote that step's round again from it) or ``fresh`` (every step ran again), which
+    name no field values. ``who`` made it and ``when`` (ISO 8601)."""
+
+    step: int | None
+    round: int | None
+    index: int | None
+    field: str
+    before: Any
+    after: Any
+    who: str
+    when: str
+
+
+class FamilyRun(TypedDict):
+    """A run of a family (a source and every replay made from it or from its replays)."""
+
+    id: int
+    replay_of: int | None
+    status: str
+    strategy: str
+    answer: str
+    score: float | None
+    error: str
+    edits: list[Edit]
+    totals: Totals
+    created_by: str | None
+    created_at: str | None
+
+
+class Family(TypedDict):
+    """``GET /api/runs/{id}/family/``: the root source and all its replays, oldest first."""
+
+    root: int
+    runs: list[FamilyRun]
+
+
+def family_run_data(run: RunRow) -> FamilyRun:
+    return {
+        "id": run.pk,
+        "replay_of": run.replay_of_id,
+        "status": run.status,
+        "strategy": run.strategy,
+        "answer": run.answer,
+        "score": run.score,
+        "error": run.error,
+        "edits": list(run.edits or []),
+        "totals": totals_data(run),
+        "created_by": run.created_by.get_username() if run.created_by_id else None,
+        "created_at": iso(run.created_at),
+    }

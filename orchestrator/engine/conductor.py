@@ -19,6 +19,7 @@ from orchestrator.engine.types import (
     PlanAttempt,
     PlanRecord,
     RunSettings,
+    StepSpec,
     WorkerInfo,
 )
 
@@ -53,7 +54,10 @@ class PromptedConductor:
         workers: Sequence[WorkerInfo],
         settings: RunSettings,
         previous_answer: str | None,
+        kept: Sequence[StepSpec] = (),
     ) -> PlanRecord:
+        """The workflow of ``round``; with ``kept``, written again after those first steps
+        (see ``prompts.conductor_messages``)."""
         record = PlanRecord(round=round, strategy=self.name)
         messages: list[Message] = list(
             prompts.conductor_messages(
@@ -62,6 +66,7 @@ class PromptedConductor:
                 settings=settings,
                 round=round,
                 previous_answer=previous_answer,
+                kept=kept,
             )
         )
 

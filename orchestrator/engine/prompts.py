@@ -282,8 +282,13 @@ def conductor_messages(
     settings: RunSettings,
     round: int,
     previous_answer: str | None,
+    kept: Sequence[StepSpec] = (),
 ) -> list[Message]:
-    """The system and user messages asking the conductor for the workflow of ``round``."""
+    """The system and user messages asking the conductor for the workflow of ``round``.
+
+    ``kept``: the first steps of the round, already written and run (a replay that asks the
+    conductor to write the rest of a round again); the reminder shows them and asks for the
+    whole workflow with them first, unchanged."""
     sections = [
         WORKERS_MARKER,
         *(_worker_line(i, w, settings.show_worker_names) for i, w in enumerate(workers)),
@@ -295,10 +300,22 @@ def conductor_messages(
     if round > 0 and previous_answer is not None:
         sections += [PREVIOUS_ANSWER_MARKER, _escape_markers(previous_answer), ""]
     sections += [WORKFLOW_MARKER, _reminder(settings, round)]
+    if kept:
+        sections += ["", _kept_steps(kept)]
     return [
         {"role": "system", "content": _system_prompt(settings, max(1, len(workers)))},
         {"role": "user", "content": "\n".join(sections)},
     ]
+
+
+def _kept_steps(kept: Sequence[StepSpec]) -> str:
+    count = len(kept)
+    listed = _escape_markers(format_workflow(Workflow(tuple(kept))))
+    return (
+        f"The first {count} step{'s' if count != 1 else ''} of this workflow are already written "
+        "and done. Write the whole workflow again: keep them first, exactly as they are, and "
+        f"write the steps after them anew.\n{listed}"
+    )
 
 
 def repair_message(error: str) -> Message:

@@ -104,7 +104,8 @@ async def execute_run(
     """Run ``question`` through ``strategy``'s workflows on ``workers`` and say how it ended.
 
     ``resume`` supplies plans that are not made again and succeeded steps that are not called
-    again (their responses feed later steps; their usage counts in the totals). ``run_finished``
+    again (their responses feed later steps; their usage counts in the totals unless they are
+    another run's, ``reused_from``). ``run_finished``
     fires exactly once for a run that succeeded or failed; a bug or a cancellation propagates
     instead, after the running steps are cancelled. A failed run's steps that never started end
     ``skipped``, their error saying why.
@@ -192,12 +193,16 @@ class _Run:
                 break
             records = self._records(round_, workflow)
             self.steps.extend(records)
-            if round_ not in self.resume.plans:
+            if round_ not in self.resume.plans or round_ in self.resume.unrecorded:
                 await self.observer.plan_created(plan, records)
             await _RoundExecution(self, workflow, records).execute()
             if self.error:
                 break
             answer = previous_answer = records[-1].response
+            expected = self.resume.kept_if.get(round_)
+            if expected is not None and answer != expected:
+                # A replay: the later rounds were planned from another answer; plan them again.
+                self.resume.forget_after(round_)
         if not self.error and previous_answer is None:
             self.error = "the strategy wrote no workflow to run"
         if self.error:
@@ -238,6 +243,8 @@ class _Run:
             if plan is None:
                 return None
         self.plans.append(plan)
+        if plan.reused_from is not None:
+            return plan  # another run's conductor calls: not counted again
         totals = self.totals
         for attempt in plan.attempts:
             totals.tokens_in += attempt.tokens_in
@@ -255,6 +262,9 @@ class _Run:
         for index, spec in enumerate(workflow.steps):
             record = done.get((round_, index))
             if record is not None and record.status == "succeeded" and record.spec == spec:
+                if record.reused_from is not None:
+                    records.append(record)  # another run's result: its usage is not counted
+                    continue
                 totals.tokens_in += record.tokens_in
                 totals.tokens_out += record.tokens_out
                 totals.cost += record.cost

@@ -159,6 +159,9 @@ class PlanRecord:
     attempts: list[PlanAttempt] = field(default_factory=list)
     workflow: Workflow | None = None
     error: str = ""
+    reused_from: int | None = None
+    """The stored plan this one is taken from (a replay keeps its source's plan of a round):
+    its conductor calls are not counted again."""
 
 
 @dataclass(slots=True)
@@ -180,6 +183,9 @@ class StepRecord:
     latency: float = 0.0
     attempts: int = 0
     error: str = ""
+    reused_from: int | None = None
+    """The stored step whose result this one is (a replay reuses its source's unaffected steps):
+    its usage is not counted again."""
 
     @property
     def key(self) -> tuple[int, int]:
@@ -215,10 +221,24 @@ class ResumeState:
 
     Used to resume a run after a worker died, and by replay to reuse unaffected steps.
     Only steps with status "succeeded" count as done.
+
+    A replay's state also says which rounds are taken from its source and not stored for this
+    run yet (``unrecorded``: the observer hears ``plan_created`` for them, with the reused steps
+    already succeeded), and under which condition a later round still holds (``kept_if``: the
+    plans and steps of the rounds after round r are dropped, and the strategy plans again, unless
+    round r's final response is exactly ``kept_if[r]``).
     """
 
     plans: dict[int, PlanRecord] = field(default_factory=dict)
     steps: dict[tuple[int, int], StepRecord] = field(default_factory=dict)
+    unrecorded: set[int] = field(default_factory=set)
+    kept_if: dict[int, str] = field(default_factory=dict)
+
+    def forget_after(self, round: int) -> None:
+        """Drop every plan and step of the rounds after ``round``."""
+        self.plans = {r: plan for r, plan in self.plans.items() if r <= round}
+        self.steps = {key: step for key, step in self.steps.items() if key[0] <= round}
+        self.unrecorded = {r for r in self.unrecorded if r <= round}
 
 
 class RunObserver(Protocol):

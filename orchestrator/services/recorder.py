@@ -210,6 +210,7 @@ class RunRecorder:
                 attempts=attempts_to_data(plan.attempts),
                 workflow=workflow_to_data(plan.workflow),
                 error=plan.error,
+                reused_from_id=plan.reused_from,
             )
         return list(rows.values())
 
@@ -222,7 +223,7 @@ class RunRecorder:
         return [(wire.PLAN_CREATED, {"plan": wire.plan_data(row)}) for row in rows]
 
     def _plan_usage(self, plan: PlanRecord) -> dict[str, float]:
-        attempts = plan.attempts
+        attempts = [] if plan.reused_from is not None else plan.attempts
         return {
             "tokens_in": sum(a.tokens_in for a in attempts),
             "tokens_out": sum(a.tokens_out for a in attempts),
@@ -240,20 +241,13 @@ class RunRecorder:
                 self._publish([(wire.RUN_STATUS, {"status": str(Run.Status.PLANNING)})], last_seq)
 
     def plan_created(self, plan: PlanRecord, steps: Sequence[StepRecord]) -> None:
-        """Store the plan of a round and its steps (pending), with reads resolved to step ids."""
+        """Store the plan of a round and its steps, with reads resolved to step ids: pending, or
+        succeeded when a replay reuses another run's result (``reused_from``; its usage is not
+        added to this run's totals)."""
         plan_rows = self._new_plan_rows([plan])
+        now = timezone.now()
         new_steps = [
-            Step(
-                run_id=self.run_id,
-                round=record.round,
-                index=record.index,
-                instruction=record.spec.instruction,
-                worker_id=self._worker_id(record.spec.worker),
-                worker_index=record.spec.worker,
-                worker_name=record.worker_name,
-                model=record.model,
-                access=access_to_data(record.spec.access),
-            )
+            self._new_step_row(record, now)
             for record in steps
             if (record.round, record.index) not in self.steps
         ]
@@ -272,6 +266,31 @@ class RunRecorder:
             items += [(wire.STEP_CREATED, {"step": wire.step_data(s)}) for s in new_steps]
             if items:
                 self._publish(items, last_seq)
+
+    def _new_step_row(self, record: StepRecord, now: Any) -> Step:
+        row = Step(
+            run_id=self.run_id,
+            round=record.round,
+            index=record.index,
+            instruction=record.spec.instruction,
+            worker_id=self._worker_id(record.spec.worker),
+            worker_index=record.spec.worker,
+            worker_name=record.worker_name,
+            model=record.model,
+            access=access_to_data(record.spec.access),
+        )
+        if record.status == "succeeded" and record.reused_from is not None:
+            row.status = Step.Status.SUCCEEDED
+            row.reused_from_id = record.reused_from
+            row.messages = list(record.messages)
+            row.response = record.response
+            row.tokens_in = record.tokens_in
+            row.tokens_out = record.tokens_out
+            row.cost = record.cost
+            row.latency = record.latency
+            row.attempts = record.attempts
+            row.started_at = row.finished_at = now
+        return row
 
     def _store_reads(self, records: Sequence[StepRecord], new_by_index: dict[int, Step]) -> None:
         """Resolve what each new step reads to step ids (known once the rows are inserted)."""

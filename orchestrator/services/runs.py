@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from orchestrator import events, wire
 from orchestrator.engine.grading import GRADER_KINDS, parse_number
+from orchestrator.engine.replay import ReplayState
 from orchestrator.engine.scheduler import execute_run
 from orchestrator.engine.strategies import STRATEGIES, build_strategy, check_fits
 from orchestrator.engine.types import (
@@ -51,6 +52,7 @@ from orchestrator.services.ownership import (
 )
 from orchestrator.services.recorder import RunClosed, RunTakenOver
 from orchestrator.services.recording import RecordingObserver
+from orchestrator.services.replay import replay_execution_state, replay_strategy
 from orchestrator.telemetry import run_trace_enqueue
 
 logger = logging.getLogger(__name__)
@@ -232,8 +234,11 @@ class _Execution:
     workers: list[Worker]
     plans: list[Plan]
     steps: list[Step]
+    replay: ReplayState | None = None
 
     def resume(self) -> ResumeState:
+        if self.replay is not None:
+            return self.replay.resume
         return resume_state_from_rows(self.plans, self.steps)
 
     def totals(self) -> dict[str, Any]:
@@ -302,6 +307,8 @@ async def run_execute_async(
         strategy = build_strategy(
             run.strategy, conductor=conductor, options=dict(run.strategy_options or {})
         )
+        if execution.replay is not None:
+            strategy = replay_strategy(strategy, execution.replay)
         recorder = RecordingObserver(
             run_id=run_id,
             worker_ids=[worker.pk for worker in execution.workers],
@@ -400,7 +407,7 @@ def _load_execution(*, run_id: int, executor: str, exclusive: bool) -> _Executio
     # Every plan or step the recorder stores comes with its events, in the same transaction: a
     # queued run that has published nothing since its creation has none to resume from.
     fresh = run.status == Run.Status.QUEUED and run.last_seq <= 1
-    return _Execution(
+    execution = _Execution(
         run=run,
         claim=claim,
         pool=run.pool,
@@ -410,6 +417,11 @@ def _load_execution(*, run_id: int, executor: str, exclusive: bool) -> _Executio
         plans=[] if fresh else list(Plan.objects.filter(run_id=run_id).order_by("round")),
         steps=[] if fresh else list(Step.objects.filter(run_id=run_id).order_by("round", "index")),
     )
+    if run.replay_of_id is not None:  # resumes from its source's results (services/replay.py)
+        execution.replay = replay_execution_state(
+            run=run, plans=execution.plans, steps=execution.steps, workers=execution.workers
+        )
+    return execution
 
 
 def run_settings_for(pool: Pool) -> RunSettings:
