@@ -40,6 +40,8 @@ def follows(shape: type):
             )
         for name, field in fields.items():
             hint = hints[name]
+            if hint is typing.Any:  # any JSON value, null included
+                continue
             union = typing.get_origin(hint) in (typing.Union, types.UnionType)
             options = typing.get_args(hint) if union else (hint,)
             kinds = {typing.get_origin(option) or option for option in options}
@@ -235,6 +237,10 @@ class RunDetailOutputSerializer(RunSummaryOutputSerializer):
     reference = serializers.CharField()
     grader = serializers.CharField()
     replay_of = serializers.IntegerField(source="replay_of_id", allow_null=True)
+    edits = serializers.JSONField(
+        help_text="A replay's edits of its source: [{step, round, index, field, before, after, "
+        "who, when}] (GET /api/runs/{id}/family/ documents them)."
+    )
     called_from = serializers.IntegerField(
         source="called_from_id",
         allow_null=True,

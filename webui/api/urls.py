@@ -8,6 +8,7 @@ import webui.converters  # noqa: F401  (registers the <id:...> path converter)
 from webui.api.exports import TrajectoryExportApi
 from webui.api.keys import ApiKeyListCreateApi, ApiKeyRevokeApi
 from webui.api.pools import PoolListApi
+from webui.api.replays import RunFamilyApi, RunReplayCreateApi
 from webui.api.runs import RunCancelApi, RunDetailApi, RunGraphApi, RunListCreateApi
 from webui.api.steps import StepDetailApi
 
@@ -25,6 +26,8 @@ urlpatterns = [
     path("runs/<id:run_id>/graph/", RunGraphApi.as_view(), name="api-run-graph"),
     path("runs/<id:run_id>/cancel/", RunCancelApi.as_view(), name="api-run-cancel"),
     path("steps/<id:step_id>/", StepDetailApi.as_view(), name="api-step-detail"),
+    path("runs/<id:run_id>/replays/", RunReplayCreateApi.as_view(), name="api-run-replays"),
+    path("runs/<id:run_id>/family/", RunFamilyApi.as_view(), name="api-run-family"),
     path("pools/", PoolListApi.as_view(), name="api-pool-list"),
     path("keys/", ApiKeyListCreateApi.as_view(), name="api-key-list"),
     path("keys/<id:key_id>/revoke/", ApiKeyRevokeApi.as_view(), name="api-key-revoke"),

@@ -39,6 +39,8 @@ MODES = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGAT
 # still applies to it, and the variant with a real pool shows valid requests are accepted.
 # The same for a key request naming a project that is not the user's.
 DATA_DEPENDENT = {("POST", "/api/runs/"), ("POST", "/api/keys/")}
+# A replay's edits name steps and workers by id, which the schema cannot know either.
+DATA_DEPENDENT |= {("POST", "/api/runs/{run_id}/replays/")}
 
 
 @dataclass
