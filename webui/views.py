@@ -160,5 +160,28 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "can_cancel": selectors.user_can_run(user=request.user, project=run.project_id),
         "pools": _runnable_pools(request.user),
         "strategies": selectors.run_choices().strategies,
+        "replay_context": selectors.run_replay_context(run=run, user=request.user),
     }
     return render(request, "runs/detail.html", context)
+
+
+@login_required
+def run_family(request: HttpRequest, run_id: int) -> HttpResponse:
+    """``/runs/<id>/family/``: the run's source, its replays and theirs, with their edits,
+    status, score, tokens and cost (``GET /api/runs/{id}/family/`` gives the same)."""
+    run = selectors.run_get(user=request.user, run_id=run_id)
+    if run is None:
+        raise Http404("No such run.")
+    family = selectors.run_family(run=run)
+    runs = [
+        {
+            **member,
+            "tokens": member["totals"]["tokens_in"] + member["totals"]["tokens_out"],
+            "cost_text": cost_text(member["totals"]["cost"]),
+            "wall_time_text": duration_text(member["totals"]["wall_time"]),
+        }
+        for member in family["runs"]
+    ]
+    return render(
+        request, "runs/family.html", {"run": run, "root": family["root"], "members": runs}
+    )

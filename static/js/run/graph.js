@@ -150,6 +150,7 @@ function graphStyle(c, { large }) {
     ...Object.entries(c.steps).map(([status, { soft }]) => labelledStatusStyle(status, soft)),
     { selector: 'edge[kind = "plan"]', style: { "line-style": "dashed", "line-color": c.planning, "target-arrow-color": c.planning } },
     { selector: 'edge[kind = "next"]', style: { "line-style": "dotted", width: 2 } },
+    { selector: "node.step[?reused]", style: { "border-style": "dotted", "border-width": 3, "background-opacity": 0.45, "font-style": "italic" } },
     { selector: "node.current", style: { "border-color": c.focus, "border-width": 5, "border-style": "solid" } },
   ];
 }
@@ -403,6 +404,7 @@ export class GraphView {
         round: node.round,
         status: step ? step.status : node.status,
         label: step ? stepGraphLabel(step) : `${node.worker}\n${node.label}\n${node.status}`,
+        reused: Boolean(step && step.reused_from), // a replay's step taken from its source
       },
       position: { x: node.x, y: node.y },
       classes: node.step === this.currentStep ? "step current" : "step",
@@ -417,7 +419,7 @@ export class GraphView {
       for (const id of changes.changedSteps) {
         const step = this.store.steps.get(id);
         const node = cy.getElementById(`s${id}`);
-        if (node.nonempty()) node.data({ status: step.status, label: stepGraphLabel(step) });
+        if (node.nonempty()) node.data({ status: step.status, label: stepGraphLabel(step), reused: Boolean(step.reused_from) });
       }
       for (const round of changes.plans) {
         const plan = this.store.plans.get(round);

@@ -11,6 +11,7 @@ import { DetailsPanel } from "./panel.js";
 import { StepList } from "./steplist.js";
 import { Changes, RunStore } from "./store.js";
 import { Timeline } from "./timeline.js";
+import { ReplayControls } from "./replay.js";
 import { element } from "./format.js";
 
 const root = document.getElementById("run-page");
@@ -53,6 +54,14 @@ const graph = new GraphView({
   onOpenPlan: openPlan,
   onNotice: showNotice,
 });
+const replay = new ReplayControls({
+  strip: document.getElementById("run-lineage"),
+  context: JSON.parse(document.getElementById("replay-context").textContent),
+  csrfToken: document.querySelector("#replay-csrf [name=csrfmiddlewaretoken]")?.value || "",
+  store,
+  runId,
+  apiRoot,
+});
 const panel = new DetailsPanel({
   panel: document.getElementById("run-panel"),
   title: document.getElementById("run-panel-title"),
@@ -61,6 +70,7 @@ const panel = new DetailsPanel({
   store,
   api,
   runId,
+  onStepRendered: (step, body) => replay.decorateStep(step, body),
   onClose: () => {
     stepList.markCurrent(null);
     graph.select(null);
@@ -139,6 +149,7 @@ function flush() {
 function draw(changes) {
   if (changes.run || changes.totals) header.render();
   if (changes.run) cancelButton.render();
+  replay.update(changes);
   stepList.update(changes);
   graph.update(changes);
   panel.update(changes);
@@ -155,6 +166,7 @@ const live = new LiveConnection({
 
 header.render();
 cancelButton.render();
+replay.renderStrip();
 stepList.renderAll();
 renderRoundPlans();
 performance.mark("run-page:list-drawn");

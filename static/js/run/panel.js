@@ -8,7 +8,8 @@ import { planStatus } from "./graph.js";
 import { STEP_FINISHED } from "./statuses.js";
 
 export class DetailsPanel {
-  constructor({ panel, title, body, closeButton, store, api, runId, onClose }) {
+  constructor({ panel, title, body, closeButton, store, api, runId, onClose, onStepRendered = () => {} }) {
+    this.onStepRendered = onStepRendered; // replay.js adds "Edit and replay" here
     this.panel = panel;
     this.title = title;
     this.body = body;
@@ -82,7 +83,7 @@ export class DetailsPanel {
       ...fact("Attempts", formatCount(step.attempts)),
       ...fact("Started", step.started_at ? new Date(step.started_at).toLocaleTimeString() : "—"),
       ...fact("Finished", step.finished_at ? new Date(step.finished_at).toLocaleTimeString() : "—"),
-      ...(step.reused_from ? fact("Reused from", `step ${step.reused_from} of another run`) : []),
+      ...(step.reused_from ? fact("Reused from", `step ${step.reused_from} of another run: not called again, not counted again`) : []),
       ...nestedRunsFact(step.nested_runs),
     );
     const sections = [
@@ -94,6 +95,7 @@ export class DetailsPanel {
     sections.push(section("Response", this.responseSlot(step, detail)));
     sections.push(section("Messages sent", this.messagesSlot(detail)));
     this.body.replaceChildren(...sections);
+    this.onStepRendered(step, this.body);
   }
 
   accessList(step) {
