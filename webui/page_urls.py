@@ -8,6 +8,7 @@ from webui import account, views
 urlpatterns = [
     path("", views.runs_list, name="runs"),
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
+    path("compare/", views.runs_compare, name="runs-compare"),
     path("account/", account.account, name="account"),
     path(
         "account/keys/<id:key_id>/revoke/", account.api_key_revoke_view, name="account-key-revoke"

@@ -165,7 +165,9 @@ function groupLabel(round, counts, stepCount, collapsed) {
 export class GraphView {
   // ``geometry``: the server's layout measures (orchestrator.graph.geometry);
   // ``fetchRound(round)``: one folded round's nodes and edges, when a user opens it.
-  constructor({ container, store, geometry, fetchRound, onOpenStep, onOpenPlan, onNotice }) {
+  // ``extraStyle`` (Cytoscape style entries, after the graph's own) and ``stepClasses(stepId)``
+  // (classes a step's node also gets) let another page mark steps (the compare page).
+  constructor({ container, store, geometry, fetchRound, onOpenStep, onOpenPlan, onNotice, extraStyle = [], stepClasses = () => "" }) {
     this.container = container;
     this.store = store;
     this.geometry = geometry;
@@ -173,6 +175,8 @@ export class GraphView {
     this.onOpenStep = onOpenStep;
     this.onOpenPlan = onOpenPlan;
     this.onNotice = onNotice;
+    this.extraStyle = extraStyle;
+    this.stepClasses = stepClasses;
     this.cy = null;
     this.collapsed = false;
     this.groups = new Map(); // round -> group box from the server
@@ -203,7 +207,7 @@ export class GraphView {
       container: this.container,
       elements,
       layout: { name: "preset", fit: false },
-      style: graphStyle(palette(), { large }),
+      style: [...graphStyle(palette(), { large }), ...this.extraStyle],
       minZoom: 0.0005,
       maxZoom: 4,
       autoungrabify: true, // positions are the server's layered layout
@@ -405,7 +409,7 @@ export class GraphView {
         label: step ? stepGraphLabel(step) : `${node.worker}\n${node.label}\n${node.status}`,
       },
       position: { x: node.x, y: node.y },
-      classes: node.step === this.currentStep ? "step current" : "step",
+      classes: [node.step === this.currentStep ? "step current" : "step", this.stepClasses(node.step)].join(" ").trim(),
     };
   }
 
