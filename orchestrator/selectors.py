@@ -7,7 +7,7 @@ show already joined, so a page costs a constant number of queries however many r
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -451,4 +451,48 @@ def run_replay_context(*, run: Run, user: Any) -> dict[str, Any]:
         "can_replay": can_replay,
         "workers": [{"id": w.pk, "name": w.name} for w in workers] if can_replay else [],
         "family": run_family(run=run),
+    }
+
+
+def runs_to_compare(*, user: Any, run_ids: Sequence[int]) -> list[Run] | None:
+    """The runs named by ``run_ids``, in that order, with their pools; None unless the user may
+    see every one of them (one query)."""
+    found = {
+        run.pk: run for run in _visible_runs(user).select_related("pool").filter(pk__in=run_ids)
+    }
+    if any(run_id not in found for run_id in run_ids):
+        return None
+    return [found[run_id] for run_id in run_ids]
+
+
+def run_compare(*, runs: Sequence[Run]) -> wire.Comparison:
+    """Runs compared step by step (aligned by round and index, each position marked against the
+    first run, word diffs of what changed) and by outcome: ``orchestrator/comparing.py``. Reads
+    the steps of every run, responses included, in one query."""
+    from orchestrator.comparing import compare
+
+    width = len(wire.STEP_DATA_COLUMNS)
+    rows = (
+        Step.objects.filter(run_id__in=[run.pk for run in runs])
+        .order_by("run_id", "round", "index")
+        .values_list(*wire.STEP_DATA_COLUMNS, "response", "run_id")
+    )
+    step_rows: dict[int, list[Any]] = {run.pk: [] for run in runs}
+    responses: dict[int, str] = {}
+    for row in rows:
+        step_rows[row[-1]].append(row[:width])
+        responses[row[0]] = row[width]
+    return compare(
+        runs=[{"run": wire.run_data(run), "pool_name": run.pool.name} for run in runs],
+        steps_of_runs=[wire.step_rows_data(step_rows[run.pk]) for run in runs],
+        responses=responses,
+    )
+
+
+def compare_page_state(*, runs: Sequence[Run]) -> wire.ComparePage:
+    """What the compare page embeds: the comparison, and each run's page state (its snapshot and
+    laid-out graph, as the run page reads them)."""
+    return {
+        "comparison": run_compare(runs=runs),
+        "pages": [run_page_state(run=run) for run in runs],
     }

@@ -641,3 +641,88 @@ def family_run_data(run: RunRow) -> FamilyRun:
         "created_by": run.created_by.get_username() if run.created_by_id else None,
         "created_at": iso(run.created_at),
     }
+
+
+# Compare -----------------------------------------------------------------------------------------
+# ``GET /api/compare/?runs=A,B`` and the ``/compare/`` page (``selectors.run_compare``, built by
+# ``orchestrator/comparing.py``): several runs' steps aligned by (round, index), each position
+# marked relative to the first run, with word diffs of what changed, and their outcomes side by
+# side.
+
+CHANGE_KINDS: Final = ("same", "changed", "added", "removed")
+"""How an aligned position differs from the first run: ``added``, only in a later run;
+``removed``, in the first run and not in a later one."""
+DIFF_FIELDS: Final = ("instruction", "worker", "access", "response")
+"""The fields of a step whose word diff a changed position carries."""
+COMPARED_FIELDS: Final = (*DIFF_FIELDS, "status", "error")
+"""What makes two steps at one position differ (``changed``)."""
+
+ChangeKind = Literal["same", "changed", "added", "removed"]
+
+
+class DiffPart(TypedDict):
+    """One run of words of a word diff: kept (``equal``), only in the later run (``insert``) or
+    only in the first (``delete``). The parts of a diff, joined, give each text back."""
+
+    op: Literal["equal", "insert", "delete"]
+    text: str
+
+
+class StepDiff(TypedDict):
+    """How a later run's step differs from the first run's at the same position: a word diff of
+    each of ``DIFF_FIELDS`` (access as text: "all" or the indices), and which compared fields
+    differ at all."""
+
+    changed: list[str]
+    instruction: list[DiffPart]
+    worker: list[DiffPart]
+    access: list[DiffPart]
+    response: list[DiffPart]
+
+
+class CompareRow(TypedDict):
+    """One aligned position: each run's step there (null where it has none), how each run's
+    step differs from the first run's (the first run's own entry is null), the position's kind
+    overall, and for each run whose step changed, its diff."""
+
+    round: int
+    index: int
+    change: ChangeKind
+    changes: list[ChangeKind | None]
+    steps: list[Step | None]
+    diffs: list[StepDiff | None]
+
+
+class OutcomeRow(TypedDict):
+    """One line of the outcome table: a figure of each run, whether it differs from the first
+    run's, the difference for numbers, and for the answer a word diff against the first run's."""
+
+    key: str
+    label: str
+    values: list[str | float | None]
+    differs: list[bool]
+    deltas: list[float | None]
+    diffs: list[list[DiffPart] | None]
+
+
+class CompareRun(TypedDict):
+    run: RunSummary
+    pool_name: str
+
+
+class Comparison(TypedDict):
+    """Runs compared: the runs (the first is the one the others are measured against), their
+    aligned steps, how many positions are of each kind, and the outcome table."""
+
+    runs: list[CompareRun]
+    steps: list[CompareRow]
+    counts: dict[str, int]
+    outcome: list[OutcomeRow]
+
+
+class ComparePage(TypedDict):
+    """What the compare page embeds: the comparison, and each run's page state (snapshot and
+    laid-out graph, as the run page embeds it), in the same order as the runs."""
+
+    comparison: Comparison
+    pages: list[PageState]

@@ -58,6 +58,16 @@ def _payloads_match_the_wire_schema(monkeypatch):
         "run_page_state",
         checked("page state", lambda p: [(p, wire.PageState)], selectors.run_page_state),
     )
+    monkeypatch.setattr(
+        selectors,
+        "run_compare",
+        checked("comparison", lambda c: [(c, wire.Comparison)], selectors.run_compare),
+    )
+    monkeypatch.setattr(
+        selectors,
+        "compare_page_state",
+        checked("compare page", lambda p: [(p, wire.ComparePage)], selectors.compare_page_state),
+    )
     yield
     assert not problems, "payloads off the wire schema:\n" + "\n".join(problems[:20])
 

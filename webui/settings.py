@@ -283,6 +283,8 @@ REST_FRAMEWORK["EXCEPTION_HANDLER"] = "webui.api.errors.exception_handler"
 SPECTACULAR_SETTINGS["PATH_CONVERTER_OVERRIDES"] = {
     "id": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
 }
+# The compare API's change kinds are one enum, however many fields use them.
+SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {"ChangeKindEnum": "orchestrator.wire.CHANGE_KINDS"}
 SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = [
     "drf_spectacular.hooks.postprocess_schema_enums",
     "webui.api.schema.document_error_responses",

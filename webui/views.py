@@ -10,9 +10,11 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+from rest_framework.exceptions import ValidationError
 
-from orchestrator import selectors, wire
+from orchestrator import comparing, selectors, wire
 from orchestrator.models import Pool, Run
+from webui.api.compare import CompareQuerySerializer, runs_to_compare
 from webui.api.pagination import MAX_PAGE
 
 PAGE_SIZE = 50
@@ -140,6 +142,7 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         "default_pool_id": default_pool.pk if default_pool else None,
         "strategies": selectors.run_choices().strategies,
         "worker_names": worker_names,
+        "compare_max_runs": comparing.MAX_RUNS,
     }
     return render(request, "runs/list.html", context)
 
@@ -185,3 +188,26 @@ def run_family(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(
         request, "runs/family.html", {"run": run, "root": family["root"], "members": runs}
     )
+
+
+@login_required
+def runs_compare(request: HttpRequest) -> HttpResponse:
+    """``/compare/?runs=A,B[,C...]``: the runs' graphs side by side, their steps aligned and
+    marked against the first run with word diffs, and their outcomes in one table. The same
+    query and rules as ``GET /api/compare/`` (a run the user cannot see: 404); the runs list's
+    Compare form sends ``runs`` once per selected run, which counts as the same list."""
+    query = CompareQuerySerializer(data={"runs": ",".join(request.GET.getlist("runs"))})
+    try:
+        query.is_valid(raise_exception=True)
+        runs = runs_to_compare(user=request.user, query=query.validated_data)
+    except ValidationError as error:
+        detail = error.detail if isinstance(error.detail, dict) else {"runs": error.detail}
+        context = {"problems": [str(problem) for problem in detail.get("runs", [])]}
+        return render(request, "runs/compare.html", context, status=400)
+    context = {
+        "runs": runs,
+        "compare_state": selectors.compare_page_state(runs=runs),
+        "statuses": wire.page_constants(),
+        "change_kinds": wire.CHANGE_KINDS,
+    }
+    return render(request, "runs/compare.html", context)

@@ -146,3 +146,25 @@ if (form) {
     submit.disabled = false;
   });
 }
+
+// Compare: the ticked rows' runs (2 to the form's data-max-runs) open /compare/?runs=A,B.
+const compareForm = document.getElementById("compare-form");
+if (compareForm) {
+  const button = document.getElementById("compare-selected");
+  const maxRuns = Number(compareForm.dataset.maxRuns);
+  const picked = () => [...document.querySelectorAll("input.compare-pick:checked")].map((box) => box.value);
+  const update = () => {
+    const count = picked().length;
+    button.disabled = count < 2 || count > maxRuns;
+    button.textContent = count ? `Compare ${count} selected` : "Compare selected";
+    button.title = count > maxRuns ? `Compare at most ${maxRuns} runs at once.` : "Tick two or more runs to compare them.";
+  };
+  document.addEventListener("change", (event) => {
+    if (event.target instanceof Element && event.target.matches("input.compare-pick")) update();
+  });
+  compareForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    window.location.assign(`${compareForm.action}?runs=${picked().join(",")}`);
+  });
+  update();
+}

@@ -26,6 +26,13 @@ _JSON_TYPES = (
 )
 
 
+def _json_kind(hint) -> type:
+    """The JSON type of a shape's type hint (a ``Literal`` is the type of its values)."""
+    if typing.get_origin(hint) is typing.Literal:
+        return type(typing.get_args(hint)[0])
+    return typing.get_origin(hint) or hint
+
+
 def follows(shape: type):
     """Class decorator: the serializer gives exactly ``shape``'s keys (``orchestrator/wire.py``),
     each of its type and nullable where the shape allows null. Checked at import, so an API
@@ -44,7 +51,7 @@ def follows(shape: type):
                 continue
             union = typing.get_origin(hint) in (typing.Union, types.UnionType)
             options = typing.get_args(hint) if union else (hint,)
-            kinds = {typing.get_origin(option) or option for option in options}
+            kinds = {_json_kind(option) for option in options}
             nullable = type(None) in kinds
             given = next((kind for base, kind in _JSON_TYPES if isinstance(field, base)), None)
             if field.allow_null != nullable or (given is not None and given not in kinds):

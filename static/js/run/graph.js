@@ -166,7 +166,9 @@ function groupLabel(round, counts, stepCount, collapsed) {
 export class GraphView {
   // ``geometry``: the server's layout measures (orchestrator.graph.geometry);
   // ``fetchRound(round)``: one folded round's nodes and edges, when a user opens it.
-  constructor({ container, store, geometry, fetchRound, onOpenStep, onOpenPlan, onNotice }) {
+  // ``extraStyle`` (Cytoscape style entries, after the graph's own) and ``stepClasses(stepId)``
+  // (classes a step's node also gets) let another page mark steps (the compare page).
+  constructor({ container, store, geometry, fetchRound, onOpenStep, onOpenPlan, onNotice, extraStyle = [], stepClasses = () => "" }) {
     this.container = container;
     this.store = store;
     this.geometry = geometry;
@@ -174,6 +176,8 @@ export class GraphView {
     this.onOpenStep = onOpenStep;
     this.onOpenPlan = onOpenPlan;
     this.onNotice = onNotice;
+    this.extraStyle = extraStyle;
+    this.stepClasses = stepClasses;
     this.cy = null;
     this.collapsed = false;
     this.groups = new Map(); // round -> group box from the server
@@ -204,7 +208,7 @@ export class GraphView {
       container: this.container,
       elements,
       layout: { name: "preset", fit: false },
-      style: graphStyle(palette(), { large }),
+      style: [...graphStyle(palette(), { large }), ...this.extraStyle],
       minZoom: 0.0005,
       maxZoom: 4,
       autoungrabify: true, // positions are the server's layered layout
@@ -407,7 +411,7 @@ export class GraphView {
         reused: Boolean(step && step.reused_from), // a replay's step taken from its source
       },
       position: { x: node.x, y: node.y },
-      classes: node.step === this.currentStep ? "step current" : "step",
+      classes: [node.step === this.currentStep ? "step current" : "step", this.stepClasses(node.step)].join(" ").trim(),
     };
   }
 
