@@ -3,12 +3,20 @@
 from django.urls import path
 
 import webui.converters  # noqa: F401  (registers the <id:...> path converter)
-from webui import account, views
+from webui import account, experiment_pages, views
 
 urlpatterns = [
     path("", views.runs_list, name="runs"),
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
     path("account/", account.account, name="account"),
+    path("datasets/", experiment_pages.datasets_page, name="datasets"),
+    path("datasets/suite/", experiment_pages.dataset_suite_view, name="dataset-suite"),
+    path("datasets/<id:dataset_id>/", experiment_pages.dataset_detail, name="dataset-detail"),
+    path(
+        "experiments/<id:experiment_id>/",
+        experiment_pages.experiment_detail,
+        name="experiment-detail",
+    ),
     path(
         "account/keys/<id:key_id>/revoke/", account.api_key_revoke_view, name="account-key-revoke"
     ),
