@@ -185,8 +185,8 @@ async function showCellRuns(button) {
     item.append(el("span", run.input.split("\n")[0].slice(0, 140), "plain-text"));
     cellRuns.append(item);
   }
-  const more = body.count > body.results.length ? ` (the first ${body.results.length})` : "";
-  cellCaption.textContent = `${button.dataset.label}: ${body.count} runs${more}`;
+  const more = body.next ? " (the first ones)" : "";
+  cellCaption.textContent = `${button.dataset.label}: ${body.results.length} runs${more}`;
   page.dataset.cellRuns = String(body.results.length);
 }
 

@@ -188,7 +188,8 @@ class DatasetExportApi(APIView):
     """Every item of a dataset as JSONL or CSV, in the form import reads."""
 
     class QuerySerializer(serializers.Serializer):
-        format = serializers.ChoiceField(choices=FORMATS, default="jsonl")
+        # Not "format": DRF reads that one to choose a renderer.
+        kind = serializers.ChoiceField(choices=FORMATS, default="jsonl", help_text="jsonl or csv.")
 
     @extend_schema(
         operation_id="datasets_export",
@@ -202,7 +203,7 @@ class DatasetExportApi(APIView):
         query = self.QuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         dataset = visible_dataset_or_404(request=request, dataset_id=dataset_id)
-        format = query.validated_data["format"]
+        format = query.validated_data["kind"]
         items = dataset.items.order_by("position").iterator(chunk_size=1000)
         content_type = "application/jsonl" if format == "jsonl" else "text/csv"
         response = StreamingHttpResponse(
