@@ -302,3 +302,46 @@ def dataset_export_lines(*, items: Iterable[DatasetItem], format: str) -> Iterab
             buffer.seek(0)
             buffer.truncate()
     yield buffer.getvalue()
+
+
+def format_scoreboard(board: wire.Scoreboard) -> str:
+    """The scoreboard as a text table for the terminal; * marks the best value of a column."""
+    tags = board["tags"]
+    columns = [
+        ("accuracy", "acc", lambda v: f"{v:.3f}"),
+        ("tokens_per_item", "tokens/item", lambda v: f"{v:.0f}"),
+        ("conductor_tokens_per_item", "conductor", lambda v: f"{v:.0f}"),
+        ("worker_tokens_per_item", "workers", lambda v: f"{v:.0f}"),
+        ("calls_per_item", "calls/item", lambda v: f"{v:.2f}"),
+        ("cost_per_item", "cost/item $", lambda v: f"{v:.6f}"),
+        ("wall_p50", "p50 s", lambda v: f"{v:.3f}"),
+        ("wall_p95", "p95 s", lambda v: f"{v:.3f}"),
+    ]
+    width = max([len("arm"), *(len(row["label"]) for row in board["arms"])])
+    header = f"{'arm':<{width}} {'runs':>5} {'95% CI':>13} "
+    header += " ".join(f"{tag[:7]:>8}" for tag in tags)
+    header += " " + " ".join(f"{title:>12}" for _, title, _ in columns)
+    lines = [header, "-" * len(header)]
+    for row in board["arms"]:
+        ci = (
+            f"[{row['accuracy_low']:.2f}, {row['accuracy_high']:.2f}]"
+            if row["accuracy_low"] is not None
+            else "—"
+        )
+        line = f"{row['label']:<{width}} {row['runs']:>5} {ci:>13} "
+        line += " ".join(
+            f"{row['tags'][tag]['accuracy']:>8.3f}"
+            if tag in row["tags"] and row["tags"][tag]["accuracy"] is not None
+            else f"{'—':>8}"
+            for tag in tags
+        )
+        cells = []
+        for key, _, fmt in columns:
+            value = row[key]  # type: ignore[literal-required]
+            text = "—" if value is None else fmt(value)
+            if row["arm"] in board["best"].get(key, []):
+                text = "*" + text
+            cells.append(f"{text:>12}")
+        lines.append(line + " " + " ".join(cells))
+    lines.append(f"accuracy: {board['interval']}; * best of its column")
+    return "\n".join(lines)
