@@ -410,3 +410,132 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.target_type} {self.target_id} by {self.actor_name}"
+
+
+class Dataset(models.Model):
+    """A named list of items (a question, a reference, a grader, tags) in a project.
+
+    ``builtin`` names where a built-in dataset comes from ("suite": the simulator's bundled
+    suite); empty for an imported one. Items are written once, at import (all or none).
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    builtin = models.CharField(max_length=20, blank=True)
+    item_count = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="datasets",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="dataset_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class DatasetItem(models.Model):
+    """One question of a dataset; ``source_run`` is the run it was added from, if any."""
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveIntegerField()
+    input = models.TextField()
+    reference = models.TextField(blank=True)
+    grader = models.CharField(max_length=20, blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    source_run = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="dataset_items"
+    )
+
+    class Meta:
+        ordering = ["dataset", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["dataset", "position"], name="dataset_item_position")
+        ]
+
+
+class Experiment(models.Model):
+    """A dataset (or a sample of it) run against several arms; every item × arm is a Trial
+    whose run is an ordinary run. ``done`` counts finished trials (the progress bar)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        FINISHED = "finished"
+        CANCELLED = "cancelled"
+        FAILED = "failed"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="experiments")
+    dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="experiments")
+    name = models.CharField(max_length=200, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    sample = models.PositiveIntegerField(null=True, blank=True)
+    seed = models.BigIntegerField(default=0)
+    tags = models.JSONField(default=list, blank=True, help_text="Only items with one of these.")
+    total = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="experiments",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.name or f"Experiment {self.pk}"
+
+
+class ExperimentArm(models.Model):
+    """One contender of an experiment: a strategy with its options, over a pool."""
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="arms")
+    position = models.PositiveSmallIntegerField()
+    label = models.CharField(max_length=100)
+    strategy = models.CharField(max_length=20)
+    options = models.JSONField(default=dict, blank=True)
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="experiment_arms")
+
+    class Meta:
+        ordering = ["experiment", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["experiment", "position"], name="arm_unique_position")
+        ]
+
+
+class Trial(models.Model):
+    """One item of an experiment answered by one arm. ``run`` is made when the trial is first
+    claimed; ``finished`` once that run ended while the experiment ran (a finished trial is never
+    run again); ``claimed_until``: an execution holds the trial until then."""
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="trials")
+    arm = models.ForeignKey(ExperimentArm, on_delete=models.CASCADE, related_name="trials")
+    item = models.ForeignKey(DatasetItem, on_delete=models.CASCADE, related_name="trials")
+    run = models.OneToOneField(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="trial"
+    )
+    finished = models.BooleanField(default=False)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["experiment", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["arm", "item"], name="trial_unique_arm_item")
+        ]
+        indexes = [models.Index(fields=["experiment", "finished", "id"], name="trial_pending")]

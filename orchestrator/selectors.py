@@ -20,6 +20,8 @@ from orchestrator.engine import strategies
 from orchestrator.engine.grading import GRADER_KINDS
 from orchestrator.models import (
     ApiKey,
+    Dataset,
+    Experiment,
     Membership,
     Plan,
     Pool,
@@ -496,3 +498,34 @@ def compare_page_state(*, runs: Sequence[Run]) -> wire.ComparePage:
         "comparison": run_compare(runs=runs),
         "pages": [run_page_state(run=run) for run in runs],
     }
+
+
+# Datasets and experiments ------------------------------------------------------------------------
+
+
+def _in_user_projects(queryset: QuerySet[Any], user: Any) -> QuerySet[Any]:
+    if not getattr(user, "is_authenticated", False):
+        return queryset.none()
+    projects = user_project_ids(user)
+    return queryset if projects is None else queryset.filter(project_id__in=projects)
+
+
+def dataset_list(*, user: Any) -> QuerySet[Dataset]:
+    """The datasets of the user's projects, by name."""
+    return _in_user_projects(Dataset.objects.select_related("project"), user).order_by("name", "id")
+
+
+def dataset_get(*, user: Any, dataset_id: int) -> Dataset | None:
+    return dataset_list(user=user).filter(pk=dataset_id).first()
+
+
+def experiment_list(*, user: Any, dataset: Dataset | None = None) -> QuerySet[Experiment]:
+    """The experiments of the user's projects (of one dataset), newest first."""
+    experiments = _in_user_projects(Experiment.objects.select_related("dataset", "project"), user)
+    if dataset is not None:
+        experiments = experiments.filter(dataset=dataset)
+    return experiments.order_by("-created_at", "-id")
+
+
+def experiment_get(*, user: Any, experiment_id: int) -> Experiment | None:
+    return experiment_list(user=user).filter(pk=experiment_id).first()

@@ -38,7 +38,7 @@ from django.utils import timezone
 from orchestrator import selectors
 from orchestrator.lease import LEASE_KEY_PREFIX, RunLease, redis_client
 from orchestrator.models import Run
-from orchestrator.services.execution import RUN_EXECUTE_TASK
+from orchestrator.services.execution import EXPERIMENT_EXECUTE_TASK, RUN_EXECUTE_TASK
 
 log = logging.getLogger(__name__)
 
@@ -110,3 +110,24 @@ def runs_requeue_stale_task() -> None:
             continue
         log.warning("run %s was still queued after %gs; enqueuing it again", run_id, deadline)
         run_enqueue(run_id=run_id)
+
+
+@shared_task(
+    bind=True,
+    name=EXPERIMENT_EXECUTE_TASK,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+    max_retries=None,
+    autoretry_for=DATABASE_UNAVAILABLE,
+    retry_backoff=1,
+    retry_backoff_max=60,
+    retry_jitter=True,
+)
+def experiment_execute_task(self: Task, experiment_id: int) -> None:
+    """Execute trials of experiment ``experiment_id`` one at a time until none is left to claim.
+    Several run side by side (on any workers); a redelivery after a lost worker goes on with the
+    trials not finished. Idempotent: a finished or cancelled experiment is a no-op."""
+    from orchestrator.services.experiments import experiment_execute
+
+    experiment_execute(experiment_id=experiment_id)

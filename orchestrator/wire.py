@@ -726,3 +726,87 @@ class ComparePage(TypedDict):
 
     comparison: Comparison
     pages: list[PageState]
+
+
+# Datasets and experiments ------------------------------------------------------------------------
+# The experiment page polls ``ExperimentProgress`` (``GET /api/experiments/<id>/progress/``) and
+# draws the ``Scoreboard``; the API's experiment detail carries both.
+
+
+class ExperimentProgress(TypedDict):
+    """Where an experiment is: its status and how many of its runs (items × arms) are done."""
+
+    id: int
+    status: str
+    done: int
+    total: int
+    error: str
+
+
+class TagScore(TypedDict):
+    """Accuracy of one arm on the items of one tag, with its 95% Wilson interval."""
+
+    runs: int
+    accuracy: float | None
+    low: float | None
+    high: float | None
+
+
+class ScoreboardArm(TypedDict):
+    """One arm's row: accuracy over its graded runs (a failed run counts as wrong) with a 95%
+    Wilson score interval, per tag too; means per item of tokens (all, the conductor's own, the
+    workers'), model calls and cost; wall time p50/p95 in seconds (nearest rank)."""
+
+    arm: int
+    label: str
+    strategy: str
+    options: dict[str, Any]
+    pool: int
+    pool_name: str
+    runs: int
+    graded: int
+    failed: int
+    accuracy: float | None
+    accuracy_low: float | None
+    accuracy_high: float | None
+    tags: dict[str, TagScore]
+    tokens_per_item: float | None
+    conductor_tokens_per_item: float | None
+    worker_tokens_per_item: float | None
+    calls_per_item: float | None
+    cost_per_item: float | None
+    wall_p50: float | None
+    wall_p95: float | None
+
+
+class Scoreboard(TypedDict):
+    """Every arm's row, the tags seen, and for each column the arms holding its best value."""
+
+    arms: list[ScoreboardArm]
+    tags: list[str]
+    best: dict[str, list[int]]
+    interval: str
+
+
+SCOREBOARD_COLUMNS: Final = {
+    # column -> True when higher is better
+    "accuracy": True,
+    "tokens_per_item": False,
+    "conductor_tokens_per_item": False,
+    "worker_tokens_per_item": False,
+    "calls_per_item": False,
+    "cost_per_item": False,
+    "wall_p50": False,
+    "wall_p95": False,
+}
+
+
+def experiment_page_constants() -> dict[str, Any]:
+    """What the experiment page needs from the server: statuses and the scoreboard's columns."""
+    from orchestrator.models import Experiment as ExperimentRow
+
+    return {
+        "statuses": [str(status) for status in ExperimentRow.Status],
+        "unfinished": [str(ExperimentRow.Status.QUEUED), str(ExperimentRow.Status.RUNNING)],
+        "columns": SCOREBOARD_COLUMNS,
+    }

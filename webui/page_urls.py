@@ -3,7 +3,7 @@
 from django.urls import path
 
 import webui.converters  # noqa: F401  (registers the <id:...> path converter)
-from webui import account, views
+from webui import account, experiment_pages, views
 
 urlpatterns = [
     path("", views.runs_list, name="runs"),
@@ -11,6 +11,14 @@ urlpatterns = [
     path("runs/<id:run_id>/family/", views.run_family, name="run-family"),
     path("compare/", views.runs_compare, name="runs-compare"),
     path("account/", account.account, name="account"),
+    path("datasets/", experiment_pages.datasets_page, name="datasets"),
+    path("datasets/suite/", experiment_pages.dataset_suite_view, name="dataset-suite"),
+    path("datasets/<id:dataset_id>/", experiment_pages.dataset_detail, name="dataset-detail"),
+    path(
+        "experiments/<id:experiment_id>/",
+        experiment_pages.experiment_detail,
+        name="experiment-detail",
+    ),
     path(
         "account/keys/<id:key_id>/revoke/", account.api_key_revoke_view, name="account-key-revoke"
     ),

@@ -353,3 +353,18 @@ CONDUCTOR_OTEL_CAPTURE_MESSAGES = env_flag("CONDUCTOR_OTEL_CAPTURE_MESSAGES")
 # Training export: the reward of a decision whose workflow parsed but whose answer is wrong
 # (score 0); a right answer is worth 1, an unparsable workflow 0.
 CONDUCTOR_EXPORT_PARTIAL_CREDIT = float(os.environ.get("CONDUCTOR_EXPORT_PARTIAL_CREDIT", "0.5"))
+
+# --- Datasets and experiments ---
+# An imported dataset file is at most CONDUCTOR_DATASET_MAX_BYTES, with at most
+# CONDUCTOR_DATASET_MAX_ITEMS items; an experiment is at most CONDUCTOR_EXPERIMENT_MAX_TRIALS
+# runs (items × arms). Celery executes an experiment in CONDUCTOR_EXPERIMENT_SLICES tasks that
+# share its trials; inline, CONDUCTOR_EXPERIMENT_CONCURRENCY trials run at a time. A trial whose
+# execution died is taken again after CONDUCTOR_EXPERIMENT_CLAIM_SECONDS (or on resume).
+CONDUCTOR_DATASET_MAX_BYTES = int(os.environ.get("CONDUCTOR_DATASET_MAX_BYTES", str(5 * 2**20)))
+CONDUCTOR_DATASET_MAX_ITEMS = int(os.environ.get("CONDUCTOR_DATASET_MAX_ITEMS", "10000"))
+CONDUCTOR_EXPERIMENT_MAX_TRIALS = int(os.environ.get("CONDUCTOR_EXPERIMENT_MAX_TRIALS", "20000"))
+CONDUCTOR_EXPERIMENT_SLICES = int(os.environ.get("CONDUCTOR_EXPERIMENT_SLICES", "4"))
+CONDUCTOR_EXPERIMENT_CONCURRENCY = int(os.environ.get("CONDUCTOR_EXPERIMENT_CONCURRENCY", "4"))
+CONDUCTOR_EXPERIMENT_CLAIM_SECONDS = float(
+    os.environ.get("CONDUCTOR_EXPERIMENT_CLAIM_SECONDS", "900")
+)

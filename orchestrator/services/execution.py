@@ -131,3 +131,74 @@ def _execute_in_thread(run_id: int) -> None:
         logger.exception("run %s failed", run_id)
     finally:
         connections.close_all()  # this thread's own connections only
+
+
+# Experiments -------------------------------------------------------------------------------------
+
+# The Celery task that executes a slice of an experiment (``orchestrator/tasks.py``).
+EXPERIMENT_EXECUTE_TASK = "orchestrator.tasks.experiment_execute_task"
+_inline_experiments: set[asyncio.Task[None]] = set()
+
+
+def experiment_enqueue(*, experiment_id: int) -> None:
+    """Start executing a committed experiment: ``CONDUCTOR_EXPERIMENT_SLICES`` Celery tasks that
+    share its trials (any worker takes any), or, inline, one task on the server's loop running
+    ``CONDUCTOR_EXPERIMENT_CONCURRENCY`` trials at a time (a thread when there is no loop)."""
+    if settings.CONDUCTOR_EXECUTION == "celery":
+        from celery import current_app
+
+        for _ in range(settings.CONDUCTOR_EXPERIMENT_SLICES):
+            current_app.send_task(EXPERIMENT_EXECUTE_TASK, args=[experiment_id])
+        return
+    loop = _server_loop()
+    if loop is None:
+        threading.Thread(target=_experiment_in_thread, args=(experiment_id,), daemon=True).start()
+        return
+
+    def start() -> None:
+        task = asyncio.get_running_loop().create_task(
+            _experiment_inline(experiment_id), name=f"experiment-{experiment_id}"
+        )
+        _inline_experiments.add(task)
+        task.add_done_callback(_inline_experiments.discard)
+
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        contextvars.Context().run(start)
+    else:
+        loop.call_soon_threadsafe(start, context=contextvars.Context())
+
+
+async def _experiment_inline(experiment_id: int) -> None:
+    from django.db import connections
+
+    from orchestrator.services.experiments import experiment_execute_async
+
+    async with ThreadSensitiveContext():
+        try:
+            await experiment_execute_async(
+                experiment_id=experiment_id,
+                concurrency=settings.CONDUCTOR_EXPERIMENT_CONCURRENCY,
+            )
+        except Exception:
+            logger.exception("experiment %s failed", experiment_id)
+        finally:
+            await asyncio.shield(sync_to_async(connections.close_all)())
+
+
+def _experiment_in_thread(experiment_id: int) -> None:
+    from django.db import connections
+
+    from orchestrator.services.experiments import experiment_execute
+
+    try:
+        experiment_execute(
+            experiment_id=experiment_id, concurrency=settings.CONDUCTOR_EXPERIMENT_CONCURRENCY
+        )
+    except Exception:
+        logger.exception("experiment %s failed", experiment_id)
+    finally:
+        connections.close_all()

@@ -109,27 +109,7 @@ def run_create(
         problem = text_size_problem(text)
         if problem:
             errors[field] = [problem]
-    enabled_workers = pool.workers.filter(enabled=True).count()
-    if enabled_workers == 0:
-        errors["pool"] = [f'Pool "{pool.name}" has no enabled worker.']
-    if strategy not in STRATEGIES:
-        errors["strategy"] = [
-            f'Unknown strategy "{strategy}". Choose one of: {", ".join(STRATEGIES)}.'
-        ]
-    else:
-        try:
-            built = build_strategy(strategy, conductor=_VALIDATION_ONLY_CLIENT, options=options)
-        except ValueError as error:
-            errors["strategy_options"] = [str(error)]
-        else:
-            problem = _worker_option_problem(options, enabled_workers)
-            if problem and enabled_workers:
-                errors["strategy_options"] = [problem]
-            elif enabled_workers:
-                try:
-                    check_fits(built, pool_size=enabled_workers, settings=run_settings_for(pool))
-                except ValueError as error:
-                    errors["strategy_options"] = [str(error)]
+    errors.update(strategy_problems(pool=pool, strategy=strategy, options=options))
     if grader and grader not in GRADER_KINDS:
         errors["grader"] = [f'Unknown grader "{grader}". Choose one of: {", ".join(GRADER_KINDS)}.']
     elif grader == "code" and reference:
@@ -163,6 +143,36 @@ def run_create(
             transaction.on_commit(lambda: run_enqueue(run_id=run_id), robust=True)
         run.refresh_from_db(fields=["last_seq"])
     return run
+
+
+def strategy_problems(
+    *, pool: Pool, strategy: str, options: Mapping[str, Any]
+) -> dict[str, list[str]]:
+    """What is wrong with running ``strategy`` with ``options`` on ``pool``, keyed by field
+    (pool, strategy, strategy_options); empty when it can run there."""
+    errors: dict[str, list[str]] = {}
+    enabled_workers = pool.workers.filter(enabled=True).count()
+    if enabled_workers == 0:
+        errors["pool"] = [f'Pool "{pool.name}" has no enabled worker.']
+    if strategy not in STRATEGIES:
+        errors["strategy"] = [
+            f'Unknown strategy "{strategy}". Choose one of: {", ".join(STRATEGIES)}.'
+        ]
+        return errors
+    try:
+        built = build_strategy(strategy, conductor=_VALIDATION_ONLY_CLIENT, options=dict(options))
+    except ValueError as error:
+        errors["strategy_options"] = [str(error)]
+        return errors
+    problem = _worker_option_problem(options, enabled_workers)
+    if problem and enabled_workers:
+        errors["strategy_options"] = [problem]
+    elif enabled_workers:
+        try:
+            check_fits(built, pool_size=enabled_workers, settings=run_settings_for(pool))
+        except ValueError as error:
+            errors["strategy_options"] = [str(error)]
+    return errors
 
 
 def text_size_problem(text: str) -> str:

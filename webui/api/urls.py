@@ -6,6 +6,22 @@ from django.views.decorators.csrf import csrf_exempt
 
 import webui.converters  # noqa: F401  (registers the <id:...> path converter)
 from webui.api.compare import CompareApi
+from webui.api.datasets import (
+    DatasetDetailApi,
+    DatasetExportApi,
+    DatasetItemFromRunApi,
+    DatasetListCreateApi,
+    DatasetSuiteApi,
+)
+from webui.api.experiments import (
+    ExperimentCancelApi,
+    ExperimentDetailApi,
+    ExperimentHeadToHeadApi,
+    ExperimentListCreateApi,
+    ExperimentProgressApi,
+    ExperimentResumeApi,
+    ExperimentRunsApi,
+)
 from webui.api.exports import TrajectoryExportApi
 from webui.api.keys import ApiKeyListCreateApi, ApiKeyRevokeApi
 from webui.api.pools import PoolListApi
@@ -36,6 +52,46 @@ urlpatterns = [
         "export/trajectories.jsonl", TrajectoryExportApi.as_view(), name="api-export-trajectories"
     ),
     path("compare/", CompareApi.as_view(), name="api-compare"),
+    path("datasets/", DatasetListCreateApi.as_view(), name="api-dataset-list"),
+    path("datasets/suite/", DatasetSuiteApi.as_view(), name="api-dataset-suite"),
+    path("datasets/<id:dataset_id>/", DatasetDetailApi.as_view(), name="api-dataset-detail"),
+    path("datasets/<id:dataset_id>/export/", DatasetExportApi.as_view(), name="api-dataset-export"),
+    path(
+        "datasets/<id:dataset_id>/items/",
+        DatasetItemFromRunApi.as_view(),
+        name="api-dataset-add-item",
+    ),
+    path("experiments/", ExperimentListCreateApi.as_view(), name="api-experiment-list"),
+    path(
+        "experiments/<id:experiment_id>/",
+        ExperimentDetailApi.as_view(),
+        name="api-experiment-detail",
+    ),
+    path(
+        "experiments/<id:experiment_id>/progress/",
+        ExperimentProgressApi.as_view(),
+        name="api-experiment-progress",
+    ),
+    path(
+        "experiments/<id:experiment_id>/cancel/",
+        ExperimentCancelApi.as_view(),
+        name="api-experiment-cancel",
+    ),
+    path(
+        "experiments/<id:experiment_id>/resume/",
+        ExperimentResumeApi.as_view(),
+        name="api-experiment-resume",
+    ),
+    path(
+        "experiments/<id:experiment_id>/runs/",
+        ExperimentRunsApi.as_view(),
+        name="api-experiment-runs",
+    ),
+    path(
+        "experiments/<id:experiment_id>/head-to-head/",
+        ExperimentHeadToHeadApi.as_view(),
+        name="api-experiment-head-to-head",
+    ),
     # Last: anything else under /api/ is the API's own 404.
     re_path(r"^.*/$", api_not_found),
 ]

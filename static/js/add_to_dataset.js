@@ -1,0 +1,48 @@
+// "Add to dataset" on the run page: lists the datasets of the run's project (from the API) and
+// adds the run's question to the one chosen, with its reference, or with its answer as the
+// reference when the user marks it right.
+
+const box = document.getElementById("add-to-dataset");
+const form = document.getElementById("add-to-dataset-form");
+const select = document.getElementById("add-to-dataset-select");
+const message = document.getElementById("add-to-dataset-message");
+
+async function loadDatasets() {
+  const response = await fetch("/api/datasets/", { credentials: "same-origin", headers: { Accept: "application/json" } });
+  if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
+  const datasets = (await response.json()).filter((dataset) => String(dataset.project) === box.dataset.projectId);
+  select.replaceChildren();
+  for (const dataset of datasets) {
+    const option = document.createElement("option");
+    option.value = dataset.id;
+    option.textContent = `${dataset.name} (${dataset.item_count})`;
+    select.append(option);
+  }
+  if (!datasets.length) message.textContent = "The project has no dataset yet: make one on the Datasets page.";
+}
+
+box.addEventListener("toggle", () => {
+  if (box.open && !select.options.length) loadDatasets().catch((error) => { message.textContent = `Could not list datasets: ${error.message}`; });
+});
+
+form.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  message.textContent = "Adding…";
+  const response = await fetch(`/api/datasets/${encodeURIComponent(select.value)}/items/`, {
+    method: "POST",
+    credentials: "same-origin",
+    headers: {
+      Accept: "application/json",
+      "Content-Type": "application/json",
+      "X-CSRFToken": form.elements.csrfmiddlewaretoken.value,
+    },
+    body: JSON.stringify({ run: Number(box.dataset.runId), answer_as_reference: document.getElementById("add-to-dataset-right").checked }),
+  });
+  const body = await response.json().catch(() => ({}));
+  if (response.ok) {
+    message.textContent = `Added as item ${body.position}${body.reference ? " with a reference" : ""}.`;
+  } else {
+    const detail = body.detail || Object.entries(body).map(([field, errors]) => `${field}: ${[].concat(errors).join(" ")}`).join("; ");
+    message.textContent = `Not added: ${detail || response.status}`;
+  }
+});
