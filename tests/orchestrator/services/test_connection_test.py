@@ -13,13 +13,13 @@ from orchestrator.services.connections import (
     worker_connection_test,
 )
 from tests.factories import make_pool, make_worker
-from tests.orchestrator.providers.test_litellm_client import (  # noqa: F401 (fixtures)
-    KEY_ENV,
-    SECRET,
-    FakeOpenAI,
-    offline,
-    server,
-)
+from tests.openai_server import KEY_ENV, SECRET, FakeOpenAI, running_openai_server
+
+
+@pytest.fixture
+def server():
+    with running_openai_server() as url:
+        yield url
 
 
 def closed_port() -> int:

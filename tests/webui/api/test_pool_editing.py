@@ -9,13 +9,16 @@ from django.urls import reverse
 from orchestrator.models import AuditEntry, Pool, Worker
 from orchestrator.services.runs import run_create, run_execute
 from tests.factories import make_run, make_step
-from tests.orchestrator.providers.test_litellm_client import (  # noqa: F401 (fixtures)
-    FakeOpenAI,
-    offline,
-    server,
-)
+from tests.openai_server import running_openai_server
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def server():
+    with running_openai_server() as url:
+        yield url
+
 
 WORKER = {"name": "Echo", "model": "openai/tiny", "description": "Repeats the question."}
 
