@@ -7,13 +7,14 @@ show already joined, so a page costs a constant number of queries however many r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Sum
 
 from orchestrator import wire
 from orchestrator.engine import strategies
@@ -22,6 +23,7 @@ from orchestrator.models import (
     ApiKey,
     Dataset,
     Experiment,
+    AuditEntry,
     Membership,
     Plan,
     Pool,
@@ -529,3 +531,183 @@ def experiment_list(*, user: Any, dataset: Dataset | None = None) -> QuerySet[Ex
 
 def experiment_get(*, user: Any, experiment_id: int) -> Experiment | None:
     return experiment_list(user=user).filter(pk=experiment_id).first()
+
+
+# Projects, pools, members and the audit log, as a project's admins and members see them.
+
+LATENCY_SAMPLE = 20_000
+
+
+def user_projects(*, user: Any) -> list[Project]:
+    """The user's projects by name, each with ``role`` set (superusers: every project, admin)."""
+    roles = user_roles(user=user)
+    projects = list(Project.objects.filter(pk__in=list(roles)).order_by("name", "id"))
+    for project in projects:
+        project.role = roles[project.pk]
+    return projects
+
+
+def project_for(*, user: Any, slug: str) -> Project | None:
+    """The project with ``slug`` if the user is a member (or a superuser), with ``role`` set."""
+    project = Project.objects.filter(slug=slug).first()
+    if project is None:
+        return None
+    project.role = user_role(user=user, project=project)
+    return project if project.role is not None else None
+
+
+def current_project(*, user: Any, project_id: int | None) -> Project | None:
+    """The project a user works in: ``project_id`` (kept in their session) while they are a
+    member of it, else their first project by name; None for a user of no project."""
+    projects = user_projects(user=user)
+    chosen = next((p for p in projects if p.pk == project_id), None)
+    return chosen or (projects[0] if projects else None)
+
+
+def project_pools(*, project: Project | int) -> QuerySet[Pool]:
+    """A project's pools by name, with their workers (all of them, in order) as ``all_workers``."""
+    project_id = project if isinstance(project, int) else project.pk
+    return (
+        Pool.objects.filter(project_id=project_id)
+        .prefetch_related(
+            Prefetch(
+                "workers", queryset=Worker.objects.order_by("position", "id"), to_attr="all_workers"
+            )
+        )
+        .order_by("name", "id")
+    )
+
+
+def pool_get(*, user: Any, pool_id: int) -> Pool | None:
+    """One pool of the user's projects, with its project and every worker in order
+    (``all_workers``); None if it is not there for them. ``role`` is the user's role in it."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    pools = Pool.objects.select_related("project").prefetch_related(
+        Prefetch(
+            "workers", queryset=Worker.objects.order_by("position", "id"), to_attr="all_workers"
+        )
+    )
+    projects = user_project_ids(user)
+    if projects is not None:
+        pools = pools.filter(project_id__in=projects)
+    pool = pools.filter(pk=pool_id).first()
+    if pool is not None:
+        pool.role = user_role(user=user, project=pool.project_id)
+    return pool
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerUsage:
+    """How a pool's worker did in the steps stored for it (reused steps left out: they made no
+    call). ``success_rate`` is over finished steps; latencies over the newest
+    ``LATENCY_SAMPLE`` calls of the pool."""
+
+    worker: Worker
+    runs: int
+    steps: int
+    success_rate: float | None
+    tokens_in: int
+    tokens_out: int
+    cost: float
+    latency_p50: float | None
+    latency_p95: float | None
+
+
+def _percentile(ordered: list[float], fraction: float) -> float | None:
+    """Nearest-rank percentile of an ascending list."""
+    if not ordered:
+        return None
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def pool_usage(*, pool: Pool | int) -> list[WorkerUsage]:
+    """Each worker of a pool (in order, disabled ones too) with its usage: three queries
+    however many workers and steps (the workers, one aggregate, one latency sample)."""
+    pool_id = pool if isinstance(pool, int) else pool.pk
+    workers = list(Worker.objects.filter(pool_id=pool_id).order_by("position", "id"))
+    calls = Step.objects.filter(worker__pool_id=pool_id, reused_from__isnull=True)
+    finished = Q(status__in=[Step.Status.SUCCEEDED, Step.Status.FAILED])
+    totals = {
+        row["worker_id"]: row
+        for row in calls.values("worker_id").annotate(
+            runs=Count("run_id", distinct=True),
+            steps=Count("id"),
+            succeeded=Count("id", filter=Q(status=Step.Status.SUCCEEDED)),
+            finished=Count("id", filter=finished),
+            tokens_in_sum=Sum("tokens_in"),
+            tokens_out_sum=Sum("tokens_out"),
+            cost_sum=Sum("cost"),
+        )
+    }
+    latencies: dict[int, list[float]] = {}
+    for worker_id, latency in (
+        calls.filter(latency__isnull=False)
+        .order_by("-id")
+        .values_list("worker_id", "latency")[:LATENCY_SAMPLE]
+    ):
+        latencies.setdefault(worker_id, []).append(latency)
+    usage = []
+    for worker in workers:
+        row = totals.get(worker.pk, {})
+        ordered = sorted(latencies.get(worker.pk, []))
+        done = row.get("finished", 0)
+        usage.append(
+            WorkerUsage(
+                worker=worker,
+                runs=row.get("runs", 0),
+                steps=row.get("steps", 0),
+                success_rate=row["succeeded"] / done if done else None,
+                tokens_in=row.get("tokens_in_sum") or 0,
+                tokens_out=row.get("tokens_out_sum") or 0,
+                cost=row.get("cost_sum") or 0.0,
+                latency_p50=_percentile(ordered, 0.5),
+                latency_p95=_percentile(ordered, 0.95),
+            )
+        )
+    return usage
+
+
+def project_members(*, project: Project | int) -> QuerySet[Membership]:
+    """A project's members by username, with their users."""
+    project_id = project if isinstance(project, int) else project.pk
+    return (
+        Membership.objects.filter(project_id=project_id)
+        .select_related("user")
+        .order_by("user__username", "id")
+    )
+
+
+def audit_entries(
+    *,
+    project: Project | int,
+    action: str | None = None,
+    actor: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+) -> QuerySet[AuditEntry]:
+    """A project's audit entries, newest first; ``actor`` is a username, dates bound
+    ``created_at`` (``created_before`` exclusive)."""
+    project_id = project if isinstance(project, int) else project.pk
+    entries = AuditEntry.objects.filter(project_id=project_id)
+    if action:
+        entries = entries.filter(action=action)
+    if actor:
+        entries = entries.filter(actor_name=actor)
+    if created_after is not None:
+        entries = entries.filter(created_at__gte=created_after)
+    if created_before is not None:
+        entries = entries.filter(created_at__lt=created_before)
+    return entries.order_by("-created_at", "-id")
+
+
+def audit_choices(*, project: Project | int) -> tuple[list[str], list[str]]:
+    """The actions and actor names that occur in a project's audit log (for its filters)."""
+    project_id = project if isinstance(project, int) else project.pk
+    entries = AuditEntry.objects.filter(project_id=project_id).order_by()
+    actions = sorted(set(entries.values_list("action", flat=True).distinct()))
+    actors = sorted(
+        set(entries.exclude(actor_name="").values_list("actor_name", flat=True).distinct())
+    )
+    return actions, actors

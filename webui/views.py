@@ -16,6 +16,7 @@ from orchestrator import comparing, selectors, wire
 from orchestrator.models import Pool, Run
 from webui.api.compare import CompareQuerySerializer, runs_to_compare
 from webui.api.pagination import MAX_PAGE
+from webui.projects import chosen_project_id
 
 PAGE_SIZE = 50
 LINE_LIMIT = 160
@@ -112,7 +113,11 @@ def runs_list(request: HttpRequest) -> HttpResponse:
     page = form.page_number()
     offset = (page - 1) * PAGE_SIZE
 
-    runs_query = selectors.run_list(user=request.user, **form.selector_filters())
+    filters = form.selector_filters()
+    if "project" not in request.GET and chosen_project_id(request) is not None:
+        # A user who switched project sees its runs; the filter can still ask for any project.
+        filters["project"] = chosen_project_id(request)
+    runs_query = selectors.run_list(user=request.user, **filters)
     project_ids = {p.project_id for p in pools}
     # One query for the page: fetch one extra row to know whether a next page exists,
     # instead of counting every matching run.

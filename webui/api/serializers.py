@@ -3,6 +3,7 @@ input fields they share."""
 
 from __future__ import annotations
 
+import math
 import re
 import types
 import typing
@@ -259,3 +260,21 @@ class RunDetailOutputSerializer(RunSummaryOutputSerializer):
     end_user = serializers.CharField(help_text="The `user` a /v1 client sent, if any.")
     plans = PlanOutputSerializer(many=True)
     steps = StepWithResponseOutputSerializer(many=True)
+
+
+class NumberField(serializers.FloatField):
+    """A finite JSON number: DRF's FloatField also takes "1.5", true, NaN and Infinity."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int | float) or not math.isfinite(data):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """true or false only: DRF's BooleanField also takes "yes", 1 and "on"."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data

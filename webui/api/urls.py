@@ -24,8 +24,25 @@ from webui.api.experiments import (
 )
 from webui.api.exports import TrajectoryExportApi
 from webui.api.keys import ApiKeyListCreateApi, ApiKeyRevokeApi
-from webui.api.pools import PoolListApi
 from webui.api.replays import RunFamilyApi, RunReplayCreateApi
+from webui.api.pools import (
+    ConductorConnectionTestApi,
+    PoolDetailApi,
+    PoolListCreateApi,
+    PoolUsageApi,
+    WorkerConnectionTestApi,
+    WorkerCreateApi,
+    WorkerDetailApi,
+    WorkerDisableApi,
+    WorkerReorderApi,
+)
+from webui.api.projects import (
+    AuditExportApi,
+    AuditListApi,
+    MemberDetailApi,
+    MemberListCreateApi,
+    ProjectListApi,
+)
 from webui.api.runs import RunCancelApi, RunDetailApi, RunGraphApi, RunListCreateApi
 from webui.api.steps import StepDetailApi
 
@@ -45,7 +62,7 @@ urlpatterns = [
     path("steps/<id:step_id>/", StepDetailApi.as_view(), name="api-step-detail"),
     path("runs/<id:run_id>/replays/", RunReplayCreateApi.as_view(), name="api-run-replays"),
     path("runs/<id:run_id>/family/", RunFamilyApi.as_view(), name="api-run-family"),
-    path("pools/", PoolListApi.as_view(), name="api-pool-list"),
+    path("pools/", PoolListCreateApi.as_view(), name="api-pool-list"),
     path("keys/", ApiKeyListCreateApi.as_view(), name="api-key-list"),
     path("keys/<id:key_id>/revoke/", ApiKeyRevokeApi.as_view(), name="api-key-revoke"),
     path(
@@ -91,6 +108,52 @@ urlpatterns = [
         "experiments/<id:experiment_id>/head-to-head/",
         ExperimentHeadToHeadApi.as_view(),
         name="api-experiment-head-to-head",
+    ),
+    # Pools, workers, members, audit.
+    path("pools/<id:pool_id>/", PoolDetailApi.as_view(), name="api-pool-detail"),
+    path("pools/<id:pool_id>/usage/", PoolUsageApi.as_view(), name="api-pool-usage"),
+    path(
+        "pools/<id:pool_id>/test-connection/",
+        ConductorConnectionTestApi.as_view(),
+        name="api-pool-test-connection",
+    ),
+    path("pools/<id:pool_id>/workers/", WorkerCreateApi.as_view(), name="api-worker-create"),
+    path(
+        "pools/<id:pool_id>/workers/reorder/",
+        WorkerReorderApi.as_view(),
+        name="api-worker-reorder",
+    ),
+    path(
+        "pools/<id:pool_id>/workers/<id:worker_id>/",
+        WorkerDetailApi.as_view(),
+        name="api-worker-detail",
+    ),
+    path(
+        "pools/<id:pool_id>/workers/<id:worker_id>/disable/",
+        WorkerDisableApi.as_view(),
+        name="api-worker-disable",
+    ),
+    path(
+        "pools/<id:pool_id>/workers/<id:worker_id>/test-connection/",
+        WorkerConnectionTestApi.as_view(),
+        name="api-worker-test-connection",
+    ),
+    path("projects/", ProjectListApi.as_view(), name="api-project-list"),
+    path(
+        "projects/<slug:project_slug>/members/",
+        MemberListCreateApi.as_view(),
+        name="api-member-list",
+    ),
+    path(
+        "projects/<slug:project_slug>/members/<id:membership_id>/",
+        MemberDetailApi.as_view(),
+        name="api-member-detail",
+    ),
+    path("projects/<slug:project_slug>/audit/", AuditListApi.as_view(), name="api-audit-list"),
+    path(
+        "projects/<slug:project_slug>/audit/export.csv",
+        AuditExportApi.as_view(),
+        name="api-audit-export",
     ),
     # Last: anything else under /api/ is the API's own 404.
     re_path(r"^.*/$", api_not_found),
