@@ -21,9 +21,9 @@ from orchestrator.engine import strategies
 from orchestrator.engine.grading import GRADER_KINDS
 from orchestrator.models import (
     ApiKey,
+    AuditEntry,
     Dataset,
     Experiment,
-    AuditEntry,
     Membership,
     Plan,
     Pool,

@@ -24,7 +24,6 @@ from webui.api.experiments import (
 )
 from webui.api.exports import TrajectoryExportApi
 from webui.api.keys import ApiKeyListCreateApi, ApiKeyRevokeApi
-from webui.api.replays import RunFamilyApi, RunReplayCreateApi
 from webui.api.pools import (
     ConductorConnectionTestApi,
     PoolDetailApi,
@@ -43,6 +42,7 @@ from webui.api.projects import (
     MemberListCreateApi,
     ProjectListApi,
 )
+from webui.api.replays import RunFamilyApi, RunReplayCreateApi
 from webui.api.runs import RunCancelApi, RunDetailApi, RunGraphApi, RunListCreateApi
 from webui.api.steps import StepDetailApi
 
