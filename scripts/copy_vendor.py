@@ -36,6 +36,8 @@ FILES = (
     VendorFile("cytoscape", "dist/cytoscape.esm.min.mjs", "cytoscape.esm.js"),
     VendorFile("markdown-it", "dist/browser/markdown-it.esm.min.mjs", "markdown-it.esm.js"),
     VendorFile("dompurify", "dist/purify.es.mjs", "purify.esm.js"),
+    # A classic script (it sets window.Chart): the ES build imports a package of its own.
+    VendorFile("chart.js", "dist/chart.umd.min.js", "chart.umd.js"),
 )
 
 

@@ -3,7 +3,7 @@
 from django.urls import path
 
 import webui.converters  # noqa: F401  (registers the <id:...> path converter)
-from webui import account, views
+from webui import account, review, views
 
 urlpatterns = [
     path("", views.runs_list, name="runs"),
@@ -12,4 +12,6 @@ urlpatterns = [
     path(
         "account/keys/<id:key_id>/revoke/", account.api_key_revoke_view, name="account-key-revoke"
     ),
+    path("review/", review.review_queue, name="review-queue"),
+    path("review/insights/", review.review_insights, name="review-insights"),
 ]

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from orchestrator import selectors, wire
 from orchestrator.models import Pool, Run
+from orchestrator.services.review import failure_kinds_ensure
 from webui.api.pagination import MAX_PAGE
 
 PAGE_SIZE = 50
@@ -160,5 +161,11 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "can_cancel": selectors.user_can_run(user=request.user, project=run.project_id),
         "pools": _runnable_pools(request.user),
         "strategies": selectors.run_choices().strategies,
+        "review_state": _review_state(run, request.user),
     }
     return render(request, "runs/detail.html", context)
+
+
+def _review_state(run: Run, user) -> wire.ReviewPageState:
+    failure_kinds_ensure(project=run.project_id)
+    return selectors.run_review_state(run=run, user=user)
