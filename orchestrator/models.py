@@ -539,3 +539,108 @@ class Trial(models.Model):
             models.UniqueConstraint(fields=["arm", "item"], name="trial_unique_arm_item")
         ]
         indexes = [models.Index(fields=["experiment", "finished", "id"], name="trial_pending")]
+
+
+# Review ------------------------------------------------------------------------------------------
+
+DEFAULT_FAILURE_KINDS = (
+    "bad plan",
+    "wrong worker",
+    "missing context in the access list",
+    "worker error",
+    "conductor format error",
+    "wrong reference",
+    "other",
+)
+
+
+class FailureKind(models.Model):
+    """A label a project's reviewers put on runs: what went wrong. Each project has its own
+    list (``DEFAULT_FAILURE_KINDS`` when it is first used), edited by its admins."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="failure_kinds")
+    name = models.CharField(max_length=60)
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["project", "position", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="failure_kind_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RunLabel(models.Model):
+    """A failure kind put on a run, by whom and when."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="labels")
+    kind = models.ForeignKey(FailureKind, on_delete=models.PROTECT, related_name="labels")
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    added_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "kind__position", "kind_id"]
+        constraints = [models.UniqueConstraint(fields=["run", "kind"], name="run_label_unique")]
+        indexes = [models.Index(fields=["kind", "run"], name="run_label_kind")]
+
+
+class RunReview(models.Model):
+    """A run's review state, made on the first review action: who it is assigned to, the
+    human score, the flag, and the resolution (optionally the run, a replay, that fixed it)."""
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="review")
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="assigned_reviews",
+    )
+    human_score = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)]
+    )
+    scored_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    flagged = models.BooleanField(default=False)
+    flagged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    resolution_note = models.TextField(blank=True)
+    fixed_by = models.ForeignKey(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="fixes"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["assignee"], name="review_assignee"),
+            models.Index(fields=["flagged"], name="review_flagged"),
+        ]
+
+
+class Comment(models.Model):
+    """A reviewer's note on a run, or on one of its steps: Markdown, shown as untrusted text."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="comments")
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.CASCADE, related_name="comments"
+    )
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="comments"
+    )
+    body = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    edited_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "created_at", "id"]
+        indexes = [models.Index(fields=["run", "created_at"], name="comment_run_recent")]

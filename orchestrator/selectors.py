@@ -15,6 +15,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce, TruncDate
 
 from orchestrator import wire
 from orchestrator.engine import strategies
@@ -22,14 +23,18 @@ from orchestrator.engine.grading import GRADER_KINDS
 from orchestrator.models import (
     ApiKey,
     AuditEntry,
+    Comment,
     Dataset,
     Experiment,
+    FailureKind,
     Membership,
     Plan,
     Pool,
     Project,
     Run,
     RunEvent,
+    RunLabel,
+    RunReview,
     Step,
     Worker,
 )
@@ -711,3 +716,180 @@ def audit_choices(*, project: Project | int) -> tuple[list[str], list[str]]:
         set(entries.exclude(actor_name="").values_list("actor_name", flat=True).distinct())
     )
     return actions, actors
+
+
+# Review ------------------------------------------------------------------------------------------
+
+REVIEW_STATES = ("open", "resolved", "all")
+# A run "gives a wrong answer" below this score (its human score where set, else the grader's).
+REVIEW_SCORE_THRESHOLD = 0.5
+
+
+def run_review(*, run_id: int) -> tuple[RunReview | None, list[RunLabel]]:
+    """A run's review row (None before any review action) and its labels, with their kinds
+    and whoever the review names (two queries)."""
+    review = (
+        RunReview.objects.select_related("assignee", "resolved_by").filter(run_id=run_id).first()
+    )
+    labels = list(
+        RunLabel.objects.filter(run_id=run_id)
+        .select_related("kind")
+        .order_by("kind__position", "kind_id")
+    )
+    return review, labels
+
+
+def failure_kinds(*, project: Project | int) -> list[FailureKind]:
+    """A project's failure kinds, in order (``services.review.failure_kinds_ensure`` makes the
+    defaults of a project that has none yet)."""
+    project_id = project if isinstance(project, int) else project.pk
+    return list(FailureKind.objects.filter(project_id=project_id).order_by("position", "id"))
+
+
+def review_assignees(*, project: Project | int) -> list[str]:
+    """The usernames a run of the project may be assigned to: its active reviewers and admins."""
+    project_id = project if isinstance(project, int) else project.pk
+    return list(
+        Membership.objects.filter(
+            project_id=project_id, role__in=ROLES_THAT_RUN, user__is_active=True
+        )
+        .order_by("user__username")
+        .values_list("user__username", flat=True)
+    )
+
+
+def run_review_state(*, run: Run, user: Any) -> wire.ReviewPageState:
+    """What the run page's review controls start from: the review, every comment (oldest
+    first), the project's failure kinds, possible assignees, and whether ``user`` may review."""
+    review, labels = run_review(run_id=run.pk)
+    comments = (
+        Comment.objects.filter(run_id=run.pk).select_related("author").order_by("created_at", "id")
+    )
+    return {
+        "review": wire.review_data(review, labels),
+        "comments": [wire.comment_data(comment) for comment in comments],
+        "kinds": [
+            {"id": kind.pk, "name": kind.name} for kind in failure_kinds(project=run.project_id)
+        ],
+        "assignees": review_assignees(project=run.project_id),
+        "can_review": user_role(user=user, project=run.project_id) in ROLES_THAT_RUN,
+        "user": user.get_username(),
+    }
+
+
+def comment_get(*, user: Any, comment_id: int) -> Comment | None:
+    """One comment, with its run, if the user may see the run; None otherwise."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    comments = Comment.objects.select_related("run", "author")
+    projects = user_project_ids(user)
+    if projects is not None:
+        comments = comments.filter(run__project_id__in=projects)
+    return comments.filter(pk=comment_id).first()
+
+
+def comment_list(*, run: Run) -> QuerySet[Comment]:
+    """A run's comments, oldest first, with their authors."""
+    return (
+        Comment.objects.filter(run_id=run.pk).select_related("author").order_by("created_at", "id")
+    )
+
+
+def failure_kind_get(*, user: Any, kind_id: int) -> FailureKind | None:
+    """One failure kind of a project the user belongs to; None otherwise."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    kinds = FailureKind.objects.all()
+    projects = user_project_ids(user)
+    if projects is not None:
+        kinds = kinds.filter(project_id__in=projects)
+    return kinds.filter(pk=kind_id).first()
+
+
+def _queue_runs(
+    *,
+    user: Any,
+    threshold: float,
+    kind: int | None = None,
+    assignee: str | None = None,
+    state: str = "open",
+    **filters: Any,
+) -> QuerySet[Run]:
+    """``run_list`` narrowed to runs that want review: failed, a wrong answer (the human score,
+    or else the grader's, below ``threshold``), flagged, or labelled with a failure kind."""
+    labelled = Exists(RunLabel.objects.filter(run_id=OuterRef("pk")))
+    runs = (
+        run_list(user=user, **filters)
+        .alias(effective_score=Coalesce("review__human_score", "score"), labelled=labelled)
+        .filter(
+            Q(status=Run.Status.FAILED)
+            | Q(effective_score__lt=threshold)
+            | Q(review__flagged=True)
+            | Q(labelled=True)
+        )
+    )
+    if state == "open":
+        runs = runs.filter(review__resolved_at__isnull=True)
+    elif state == "resolved":
+        runs = runs.filter(review__resolved_at__isnull=False)
+    if kind is not None:
+        runs = runs.filter(Exists(RunLabel.objects.filter(run_id=OuterRef("pk"), kind_id=kind)))
+    if assignee:
+        runs = runs.filter(review__assignee__username=assignee)
+    return runs
+
+
+def review_queue(**arguments: Any) -> QuerySet[Run]:
+    """The review queue a user sees, newest first: the runs of their projects that failed, gave
+    a wrong answer (score below ``threshold``), were flagged or labelled, filtered like the runs
+    list plus ``kind`` (a failure kind id), ``assignee`` (a username) and ``state`` (open, resolved,
+    all). Each run comes with its review (assignee) and labels (two more queries a page)."""
+    return _queue_runs(**arguments).prefetch_related(
+        Prefetch("review", queryset=RunReview.objects.select_related("assignee")),
+        Prefetch("labels", queryset=RunLabel.objects.select_related("kind")),
+    )
+
+
+MAX_INSIGHT_WORKERS = 20
+
+
+def review_insights(
+    *, user: Any, project: Project | int, threshold: float, since: datetime
+) -> dict[str, Any]:
+    """Counts over one project's runs that want review (any resolution state) created since
+    ``since``: by failure kind, by worker (runs with a step of that worker; the
+    ``MAX_INSIGHT_WORKERS`` most frequent), and by strategy per day."""
+    runs = _queue_runs(
+        user=user, project=project, threshold=threshold, state="all", created_after=since
+    )
+    run_ids = runs.order_by().values("pk")
+    by_kind = list(
+        RunLabel.objects.filter(run_id__in=run_ids)
+        .values("kind_id", "kind__name", "kind__position")
+        .annotate(runs=Count("run_id", distinct=True))
+        .order_by("kind__position", "kind_id")
+    )
+    by_worker = list(
+        Step.objects.filter(run_id__in=run_ids)
+        .values("worker_name")
+        .annotate(runs=Count("run_id", distinct=True))
+        .order_by("-runs", "worker_name")[:MAX_INSIGHT_WORKERS]
+    )
+    by_day = list(
+        runs.order_by()
+        .annotate(day=TruncDate("created_at"))
+        .values("day", "strategy")
+        .annotate(runs=Count("id"))
+        .order_by("day", "strategy")
+    )
+    return {
+        "by_kind": [
+            {"kind": row["kind_id"], "name": row["kind__name"], "runs": row["runs"]}
+            for row in by_kind
+        ],
+        "by_worker": [{"worker": row["worker_name"], "runs": row["runs"]} for row in by_worker],
+        "by_day": [
+            {"day": row["day"].isoformat(), "strategy": row["strategy"], "runs": row["runs"]}
+            for row in by_day
+        ],
+    }

@@ -21,7 +21,16 @@ Every event is ``{"type", "run", "seq", ...}``, ``seq`` increasing by one per ru
                    ``finished_at``, ``closed_steps``: which steps the run's end closed,
                    ``{"cancelled" | "skipped": {"ids": [step ids], "error": why}}`` (a step still
                    running ended cancelled, one never started skipped; their ``finished_at`` is
-                   the run's). Always the run's last event: nothing is published after it.
+                   the run's). Always the run's last execution event: only review events
+                   (below) are published after it.
+
+Review events (``orchestrator/services/review.py``), at any time, also after ``run.finished``:
+
+``comment.created`` ``comment``: Comment (on the run, or on a step when ``step`` is set).
+``comment.edited``  ``comment``: Comment, its new body and ``edited_at``.
+``comment.deleted`` ``comment``: the comment's id; ``step``: its step, or null.
+``review.changed``  ``review``: Review (labels, assignee, human score, flag, resolution) after
+                    one change; ``change``: which; ``by``: who made it.
 
 On connect the consumer first sends a ``snapshot`` (``SnapshotMessage``: ``seq`` is the run's
 last, ``state`` is ``RunState``); a client that reconnects with ``?after=<seq>`` is sent the
@@ -50,6 +59,11 @@ STEP_FINISHED: Final = "step.finished"
 STEP_FAILED: Final = "step.failed"
 RUN_FINISHED: Final = "run.finished"
 SNAPSHOT: Final = "snapshot"
+# Review (orchestrator/services/review.py): they may come after run.finished.
+COMMENT_CREATED: Final = "comment.created"
+COMMENT_EDITED: Final = "comment.edited"
+COMMENT_DELETED: Final = "comment.deleted"
+REVIEW_CHANGED: Final = "review.changed"
 
 # Shapes ------------------------------------------------------------------------------------------
 
@@ -186,6 +200,66 @@ class SnapshotMessage(Event):
     state: RunState
 
 
+# Review shapes -----------------------------------------------------------------------------------
+
+
+class Comment(TypedDict):
+    """A comment on a run (``step`` null) or on one of its steps; ``body`` is Markdown written
+    by a user, shown as untrusted text."""
+
+    id: int
+    run: int
+    step: int | None
+    author: str | None
+    body: str
+    created_at: str | None
+    edited_at: str | None
+
+
+class Label(TypedDict):
+    """A failure kind of the run's project, as put on a run."""
+
+    id: int
+    name: str
+
+
+class Resolution(TypedDict):
+    by: str | None
+    at: str | None
+    note: str
+    fixed_by: int | None
+
+
+class Review(TypedDict):
+    """A run's review state: labels, assignee, human score (0 to 1), flag, resolution."""
+
+    labels: list[Label]
+    assignee: str | None
+    human_score: float | None
+    flagged: bool
+    resolution: Resolution | None
+
+
+class CommentEvent(Event):
+    """``comment.created`` and ``comment.edited``."""
+
+    comment: Comment
+
+
+class CommentDeletedEvent(Event):
+    comment: int
+    step: int | None
+
+
+class ReviewChangedEvent(Event):
+    """``review.changed``: the whole review state after one change (``change`` names it:
+    labels, assignee, score, flag, resolution), made by ``by``."""
+
+    review: Review
+    change: Literal["labels", "assignee", "score", "flag", "resolution"]
+    by: str | None
+
+
 EVENT_SHAPES: Final[dict[str, type]] = {
     RUN_STATUS: RunStatusEvent,
     PLAN_CREATED: PlanCreatedEvent,
@@ -194,6 +268,10 @@ EVENT_SHAPES: Final[dict[str, type]] = {
     STEP_FINISHED: StepResultEvent,
     STEP_FAILED: StepResultEvent,
     RUN_FINISHED: RunFinishedEvent,
+    COMMENT_CREATED: CommentEvent,
+    COMMENT_EDITED: CommentEvent,
+    COMMENT_DELETED: CommentDeletedEvent,
+    REVIEW_CHANGED: ReviewChangedEvent,
 }
 EVENT_TYPES: Final = tuple(EVENT_SHAPES)
 
@@ -513,6 +591,10 @@ def page_constants() -> dict[str, Any]:
             "step_failed": STEP_FAILED,
             "run_finished": RUN_FINISHED,
             "snapshot": SNAPSHOT,
+            "comment_created": COMMENT_CREATED,
+            "comment_edited": COMMENT_EDITED,
+            "comment_deleted": COMMENT_DELETED,
+            "review_changed": REVIEW_CHANGED,
         },
     }
 
@@ -809,4 +891,56 @@ def experiment_page_constants() -> dict[str, Any]:
         "statuses": [str(status) for status in ExperimentRow.Status],
         "unfinished": [str(ExperimentRow.Status.QUEUED), str(ExperimentRow.Status.RUNNING)],
         "columns": SCOREBOARD_COLUMNS,
+    }
+
+
+# Review builders ---------------------------------------------------------------------------------
+
+
+class ReviewPageState(TypedDict):
+    """What the run page embeds for its review controls (``selectors.run_review_state``): the
+    review, every comment, the project's failure kinds, whom the run may be assigned to, and
+    whether the viewing user may review (reviewers and admins)."""
+
+    review: Review
+    comments: list[Comment]
+    kinds: list[Label]
+    assignees: list[str]
+    can_review: bool
+    user: str
+
+
+def _username(user: Any) -> str | None:
+    return user.get_username() if user is not None else None
+
+
+def comment_data(comment: Any) -> Comment:
+    return {
+        "id": comment.pk,
+        "run": comment.run_id,
+        "step": comment.step_id,
+        "author": _username(comment.author) if comment.author_id else None,
+        "body": comment.body,
+        "created_at": iso(comment.created_at),
+        "edited_at": iso(comment.edited_at),
+    }
+
+
+def review_data(review: Any, labels: Iterable[Any]) -> Review:
+    """A run's review from its ``RunReview`` row (None before any review action) and its
+    ``RunLabel`` rows (with their kinds)."""
+    resolution: Resolution | None = None
+    if review is not None and review.resolved_at is not None:
+        resolution = {
+            "by": _username(review.resolved_by) if review.resolved_by_id else None,
+            "at": iso(review.resolved_at),
+            "note": review.resolution_note,
+            "fixed_by": review.fixed_by_id,
+        }
+    return {
+        "labels": [{"id": label.kind_id, "name": label.kind.name} for label in labels],
+        "assignee": _username(review.assignee) if review and review.assignee_id else None,
+        "human_score": review.human_score if review else None,
+        "flagged": bool(review and review.flagged),
+        "resolution": resolution,
     }

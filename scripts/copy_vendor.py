@@ -36,8 +36,7 @@ FILES = (
     VendorFile("cytoscape", "dist/cytoscape.esm.min.mjs", "cytoscape.esm.js"),
     VendorFile("markdown-it", "dist/browser/markdown-it.esm.min.mjs", "markdown-it.esm.js"),
     VendorFile("dompurify", "dist/purify.es.mjs", "purify.esm.js"),
-    # Chart.js's ES build imports another package by bare name; its UMD build is self-contained
-    # and is loaded as a classic script (it defines window.Chart).
+    # A classic script (it sets window.Chart): the ES build imports a package of its own.
     VendorFile("chart.js", "dist/chart.umd.min.js", "chart.umd.js"),
 )
 

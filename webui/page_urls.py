@@ -3,7 +3,7 @@
 from django.urls import path
 
 import webui.converters  # noqa: F401  (registers the <id:...> path converter)
-from webui import account, experiment_pages, pool_pages, projects, views
+from webui import account, experiment_pages, pool_pages, projects, review, views
 
 urlpatterns = [
     path("", views.runs_list, name="runs"),
@@ -39,4 +39,6 @@ urlpatterns = [
     ),
     path("audit/", projects.audit, name="audit"),
     path("audit/export.csv", projects.audit_export, name="audit-export"),
+    path("review/", review.review_queue, name="review-queue"),
+    path("review/insights/", review.review_insights, name="review-insights"),
 ]

@@ -14,6 +14,7 @@ from rest_framework.exceptions import ValidationError
 
 from orchestrator import comparing, selectors, wire
 from orchestrator.models import Pool, Run
+from orchestrator.services.review import failure_kinds_ensure
 from webui.api.compare import CompareQuerySerializer, runs_to_compare
 from webui.api.pagination import MAX_PAGE
 from webui.projects import chosen_project_id
@@ -169,6 +170,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         "pools": _runnable_pools(request.user),
         "strategies": selectors.run_choices().strategies,
         "replay_context": selectors.run_replay_context(run=run, user=request.user),
+        "review_state": _review_state(run, request.user),
     }
     return render(request, "runs/detail.html", context)
 
@@ -216,3 +218,8 @@ def runs_compare(request: HttpRequest) -> HttpResponse:
         "change_kinds": wire.CHANGE_KINDS,
     }
     return render(request, "runs/compare.html", context)
+
+
+def _review_state(run: Run, user) -> wire.ReviewPageState:
+    failure_kinds_ensure(project=run.project_id)
+    return selectors.run_review_state(run=run, user=user)

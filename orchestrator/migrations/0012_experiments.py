@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("orchestrator", "0008_replay"),
+        ("orchestrator", "0009_review"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

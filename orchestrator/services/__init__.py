@@ -13,4 +13,6 @@
 - ``api_keys``: ``api_key_create``, ``api_key_revoke``, ``api_key_authenticate`` (keys for /v1).
 - ``chat``: ``chat_run_create`` (a /v1 chat request as a run); ``nesting``: the calling step of a
   worker that is a pool of a Conductor Studio server.
+- ``review``: ``comment_create``/``_edit``/``_delete``, ``label_add``/``_remove``, ``run_assign``,
+  ``review_score_set``, ``run_flag``, ``review_resolve``/``_reopen``, ``failure_kind_*``.
 """

@@ -341,7 +341,9 @@ def test_a_live_run_page_loads_its_state_once_and_grows_its_graph_in_place(slow_
     assert drawn_edges == sorted(e["id"] for e in response.json()["edges"])
 
 
-def test_a_finished_run_page_loads_nothing_after_the_document(browser_page, make_run):
+def test_a_finished_run_page_loads_nothing_after_the_document(
+    browser_page, make_run, live_server_url
+):
     page = browser_page
     run_id = make_run("What is 6 * 7?")
     make_run.wait(run_id)
@@ -352,4 +354,10 @@ def test_a_finished_run_page_loads_nothing_after_the_document(browser_page, make
     steps = embedded_state(page)["state"]["steps"]
     assert steps
     assert page.evaluate("window.runPage.graph.cy.nodes('.step').length") == len(steps)
-    assert loads == {"requests": [], "sockets": [], "snapshots": []}
+    # No state request and no snapshot: the socket, kept open for review events (comments,
+    # labels), asks only for what comes after the embedded state.
+    wait_for_js(page, "window.runPage.live.socket && window.runPage.live.socket.readyState === 1")
+    socket_url = live_server_url.replace("http", "ws", 1) + (
+        f"/ws/runs/{run_id}/?after={embedded_state(page)['seq']}"
+    )
+    assert loads == {"requests": [], "sockets": [socket_url], "snapshots": []}

@@ -43,6 +43,21 @@ from webui.api.projects import (
     ProjectListApi,
 )
 from webui.api.replays import RunFamilyApi, RunReplayCreateApi
+from webui.api.review import (
+    CommentDetailApi,
+    FailureKindDetailApi,
+    FailureKindListCreateApi,
+    ReviewInsightsApi,
+    ReviewQueueApi,
+    RunAssignApi,
+    RunCommentListCreateApi,
+    RunFlagApi,
+    RunLabelAddApi,
+    RunLabelRemoveApi,
+    RunResolutionApi,
+    RunReviewApi,
+    RunScoreApi,
+)
 from webui.api.runs import RunCancelApi, RunDetailApi, RunGraphApi, RunListCreateApi
 from webui.api.steps import StepDetailApi
 
@@ -155,6 +170,24 @@ urlpatterns = [
         AuditExportApi.as_view(),
         name="api-audit-export",
     ),
+    # Review
+    path("runs/<id:run_id>/review/", RunReviewApi.as_view(), name="api-run-review"),
+    path("runs/<id:run_id>/comments/", RunCommentListCreateApi.as_view(), name="api-run-comments"),
+    path("comments/<id:comment_id>/", CommentDetailApi.as_view(), name="api-comment-detail"),
+    path("runs/<id:run_id>/labels/", RunLabelAddApi.as_view(), name="api-run-labels"),
+    path(
+        "runs/<id:run_id>/labels/<id:kind_id>/",
+        RunLabelRemoveApi.as_view(),
+        name="api-run-label-remove",
+    ),
+    path("runs/<id:run_id>/assignee/", RunAssignApi.as_view(), name="api-run-assignee"),
+    path("runs/<id:run_id>/score/", RunScoreApi.as_view(), name="api-run-score"),
+    path("runs/<id:run_id>/flag/", RunFlagApi.as_view(), name="api-run-flag"),
+    path("runs/<id:run_id>/resolution/", RunResolutionApi.as_view(), name="api-run-resolution"),
+    path("review/queue/", ReviewQueueApi.as_view(), name="api-review-queue"),
+    path("review/insights/", ReviewInsightsApi.as_view(), name="api-review-insights"),
+    path("failure-kinds/", FailureKindListCreateApi.as_view(), name="api-failure-kinds"),
+    path("failure-kinds/<id:kind_id>/", FailureKindDetailApi.as_view(), name="api-failure-kind"),
     # Last: anything else under /api/ is the API's own 404.
     re_path(r"^.*/$", api_not_found),
 ]

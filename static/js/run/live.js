@@ -20,6 +20,12 @@ export class LiveConnection {
     this.retries = 0;
     this.retryTimer = null;
     this.stopped = false;
+    this.ended = false; // finished, listening for review events only
+  }
+
+  // Once the run has finished, the page says so whatever the socket does.
+  report(state) {
+    this.onState(this.ended && state !== "refused" ? "finished" : state);
   }
 
   start() {
@@ -27,8 +33,16 @@ export class LiveConnection {
     this.connect();
   }
 
-  // No more events will come (the run has finished and every event was received).
-  finish() {
+  // No more events of the run's execution will come (it has finished and every event was
+  // received). With ``listen``, the socket stays open (or opens) for the review events that
+  // may still come (comments, labels...), and the state stays "finished".
+  finish({ listen = false } = {}) {
+    if (listen) {
+      this.ended = true;
+      this.onState("finished");
+      if (!this.socket && !this.stopped && !this.retryTimer) this.connect();
+      return;
+    }
     if (this.stopped) return;
     this.stopped = true;
     clearTimeout(this.retryTimer);
@@ -44,13 +58,14 @@ export class LiveConnection {
 
   connect() {
     clearTimeout(this.retryTimer);
-    this.onState(this.retries ? "reconnecting" : "connecting");
+    this.retryTimer = null;
+    this.report(this.retries ? "reconnecting" : "connecting");
     const socket = new WebSocket(this.url());
     this.socket = socket;
     socket.addEventListener("open", () => {
       if (socket !== this.socket) return;
       this.retries = 0;
-      this.onState("live");
+      this.report("live");
     });
     socket.addEventListener("message", (message) => {
       if (socket !== this.socket) return;
@@ -61,7 +76,7 @@ export class LiveConnection {
       this.socket = null;
       if (REFUSED.has(event.code)) {
         this.stopped = true;
-        this.onState("refused");
+        this.report("refused");
         return;
       }
       this.scheduleReconnect();
@@ -95,7 +110,7 @@ export class LiveConnection {
 
   scheduleReconnect() {
     this.retries += 1;
-    this.onState("reconnecting");
+    this.report("reconnecting");
     const backoff = Math.min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** (this.retries - 1));
     const jitter = backoff * 0.2 * Math.random();
     this.retryTimer = setTimeout(() => this.connect(), backoff + jitter);

@@ -8,6 +8,7 @@ import { RunHeader } from "./header.js";
 import { LiveConnection } from "./live.js";
 import { CancelButton } from "./cancel.js";
 import { DetailsPanel } from "./panel.js";
+import { RunReview } from "./review.js";
 import { StepList } from "./steplist.js";
 import { Changes, RunStore } from "./store.js";
 import { Timeline } from "./timeline.js";
@@ -37,6 +38,12 @@ function showNotice(text) {
 }
 
 const header = new RunHeader(root, store);
+const review = new RunReview({
+  section: document.getElementById("review-section"),
+  state: JSON.parse(document.getElementById("review-state").textContent),
+  runId,
+  onOpenStep: openStep,
+});
 const cancelButton = new CancelButton({ form: document.getElementById("run-cancel-form"), store });
 const stepList = new StepList({
   list: document.getElementById("step-list"),
@@ -71,6 +78,7 @@ const panel = new DetailsPanel({
   api,
   runId,
   onStepRendered: (step, body) => replay.decorateStep(step, body),
+  stepSection: (step) => review.stepSection(step),
   onClose: () => {
     stepList.markCurrent(null);
     graph.select(null);
@@ -141,9 +149,13 @@ function flush() {
   const events = queue;
   queue = [];
   const changes = new Changes();
-  for (const event of events) store.apply(event, changes);
+  for (const event of events) {
+    store.apply(event, changes);
+    review.apply(event);
+  }
   draw(changes);
-  if (store.finished) live.finish();
+  // Review events (comments, labels...) still come once the run has finished.
+  if (store.finished) live.finish({ listen: true });
 }
 
 function draw(changes) {
@@ -175,12 +187,13 @@ document.getElementById("graph-zoom-in").addEventListener("click", () => graph.z
 document.getElementById("graph-zoom-out").addEventListener("click", () => graph.zoomBy(0.8));
 window.addEventListener("hashchange", openFromHash);
 graph.load(pageState.graph);
+review.attachGraph(graph);
 openFromHash();
-// A finished run changes no more, so its page does not connect at all.
-if (store.finished) live.finish();
+// A finished run's execution changes no more; its socket brings only review events.
+if (store.finished) live.finish({ listen: true });
 else live.start();
 if (store.steps.size > 2000) document.getElementById("timeline-section").open = false;
 else document.getElementById("timeline-section").open = true;
 
 // For tests and benchmarks that drive the page like a user: where is a step drawn?
-window.runPage = { store, graph, live };
+window.runPage = { store, graph, live, review };

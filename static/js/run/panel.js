@@ -8,8 +8,14 @@ import { planStatus } from "./graph.js";
 import { STEP_FINISHED } from "./statuses.js";
 
 export class DetailsPanel {
-  constructor({ panel, title, body, closeButton, store, api, runId, onClose, onStepRendered = () => {} }) {
-    this.onStepRendered = onStepRendered; // replay.js adds "Edit and replay" here
+  // ``onStepRendered(step, body)``: replay.js adds "Edit and replay" there; ``stepSection(step)``,
+  // optional: one more section at the end of a step's panel (review.js).
+  constructor({
+    panel, title, body, closeButton, store, api, runId, onClose,
+    onStepRendered = () => {}, stepSection = null,
+  }) {
+    this.onStepRendered = onStepRendered;
+    this.stepSection = stepSection;
     this.panel = panel;
     this.title = title;
     this.body = body;
@@ -94,6 +100,7 @@ export class DetailsPanel {
     if (step.error) sections.push(section("Error", element("pre", { class: "error-text" }, step.error)));
     sections.push(section("Response", this.responseSlot(step, detail)));
     sections.push(section("Messages sent", this.messagesSlot(detail)));
+    if (this.stepSection) sections.push(this.stepSection(step));
     this.body.replaceChildren(...sections);
     this.onStepRendered(step, this.body);
   }

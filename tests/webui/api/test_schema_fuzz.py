@@ -29,6 +29,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from orchestrator.models import Run
 from orchestrator.services.api_keys import api_key_create
+from orchestrator.services.review import comment_create, failure_kinds_ensure
 from orchestrator.services.runs import run_create, run_execute
 from tests.factories import make_pool
 
@@ -44,6 +45,23 @@ DATA_DEPENDENT |= {("POST", "/api/runs/{run_id}/replays/")}
 # Compare: a schema-valid list of ids is still a 404 when one is not a run the user can see, or
 # a 400 when it names a run twice; the variant with real runs shows valid requests are accepted.
 DATA_DEPENDENT |= {("GET", "/api/compare/")}
+# Review: a label names a failure kind of the run's project, an assignee a reviewer of it, a
+# fixing run one of its runs, a comment's step one of the run's steps, a project one of the
+# user's; only its author edits a comment; a review is reopened only once resolved.
+DATA_DEPENDENT |= {
+    ("POST", "/api/runs/{run_id}/labels/"),
+    ("POST", "/api/runs/{run_id}/comments/"),
+    ("PUT", "/api/runs/{run_id}/assignee/"),
+    ("PUT", "/api/runs/{run_id}/resolution/"),
+    ("DELETE", "/api/runs/{run_id}/resolution/"),
+    ("PATCH", "/api/comments/{comment_id}/"),
+    ("GET", "/api/review/queue/"),
+    ("GET", "/api/review/insights/"),
+    ("GET", "/api/failure-kinds/"),
+    ("POST", "/api/failure-kinds/"),
+    ("PATCH", "/api/failure-kinds/{kind_id}/"),
+    ("DELETE", "/api/failure-kinds/{kind_id}/"),
+}
 
 
 @dataclass
@@ -106,10 +124,14 @@ def test_every_operation_keeps_to_its_schema(
     # schema does not say; generating them would only find that.
     schema.config.generation.update(with_security_parameters=False, allow_x00=False)
     api_key, _ = api_key_create(user=project_admin, project=project, name="fuzzed")
+    kinds = failure_kinds_ensure(project=project)
+    comment = comment_create(actor=project_admin, run=stored_runs[1], body="Why did it fail?")
     known_ids = {
         "run_id": stored_runs[0].pk,
         "step_id": stored_runs[0].steps.first().pk,
         "key_id": api_key.pk,
+        "comment_id": comment.pk,
+        "kind_id": kinds[-1].pk,
     }
     figures = Figures()
     started = time.perf_counter()
@@ -129,9 +151,10 @@ def test_every_operation_keeps_to_its_schema(
             existing = {name: known_ids[name] for name in path_names}
             variants.append(("existing", MODES, existing, None))
         if operation.body:  # also valid requests on a pool or project the user may use
-            real = {"/api/keys/": {"project": project.slug}}.get(
-                operation.path, {"pool": sim_pool.pk}
-            )
+            real = {
+                "/api/keys/": {"project": project.slug},
+                "/api/failure-kinds/": {"project": project.slug},
+            }.get(operation.path, {"pool": sim_pool.pk})
             variants.append(("real rows", MODES[:1], None, _with_body_values(real)))
         if operation.path == "/api/compare/":  # also on runs that exist
             runs = f"{stored_runs[0].pk},{stored_runs[1].pk}"
