@@ -166,10 +166,12 @@ def run_list(
     score_min: float | None = None,
     score_max: float | None = None,
     q: str | None = None,
+    verdict: str | None = None,
 ) -> QuerySet[Run]:
     """The runs a user may see, newest first, filtered.
 
-    ``worker`` is a worker name used by any step of the run. ``q`` is free text over the input and
+    ``worker`` is text in the name or the model string of a worker used by any step of the run
+    (case-insensitive substring). ``verdict`` is one of ``wire.VERDICTS``. ``q`` is free text over the input and
     the final answer (case-insensitive substring). Dates bound ``created_at`` (inclusive).
     ``project`` narrows to one of the user's projects. The pool and the creator come joined;
     slicing the result is cheap on the list indexes (no COUNT is needed to show a page).
@@ -182,7 +184,10 @@ def run_list(
     if strategy:
         runs = runs.filter(strategy=strategy)
     if worker:
-        runs = runs.filter(Exists(Step.objects.filter(run_id=OuterRef("pk"), worker_name=worker)))
+        used = Q(worker_name__icontains=worker) | Q(model__icontains=worker)
+        runs = runs.filter(Exists(Step.objects.filter(used, run_id=OuterRef("pk"))))
+    if verdict:
+        runs = runs.filter(verdict_filter(verdict))
     if created_after is not None:
         runs = runs.filter(created_at__gte=created_after)
     if created_before is not None:
@@ -205,6 +210,22 @@ def run_list(
         )
         .order_by("-created_at", "-id")
     )
+
+
+def verdict_filter(verdict: str) -> Q:
+    """The runs whose ``wire.verdict`` is ``verdict``, as a query (no column stores it)."""
+    succeeded = Q(status=Run.Status.SUCCEEDED)
+    conditions = {
+        "right": succeeded & Q(score__gte=wire.RIGHT_SCORE),
+        "wrong": succeeded & Q(score__lt=wire.RIGHT_SCORE),
+        "unscored": succeeded & Q(score__isnull=True),
+        "failed": Q(status=Run.Status.FAILED),
+        "cancelled": Q(status=Run.Status.CANCELLED),
+        "pending": ~Q(status__in=Run.FINISHED),
+    }
+    if verdict not in conditions:
+        raise ValueError(f"unknown verdict {verdict!r}; expected one of {', '.join(wire.VERDICTS)}")
+    return conditions[verdict]
 
 
 def run_get(*, user: Any, run_id: int) -> Run | None:
@@ -409,4 +430,31 @@ def api_keys_of(*, user: Any) -> QuerySet[ApiKey]:
         ApiKey.objects.filter(user_id=user.pk)
         .select_related("project")
         .order_by("-created_at", "-id")
+    )
+
+
+# Readable runs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceMatch:
+    """A task whose question is the one asked: what to grade the answer against, and where the
+    reference comes from (said on the run's page)."""
+
+    reference: str
+    grader: str
+    source: str
+
+
+def reference_for_question(*, question: str) -> ReferenceMatch | None:
+    """The reference of the task whose question is exactly ``question`` (surrounding
+    whitespace ignored), or None. The one place runs are matched against known tasks: the
+    bundled suite today; a project's datasets plug in here."""
+    from orchestrator.providers.simulator.suite import task_for_question
+
+    task = task_for_question(question)
+    if task is None:
+        return None
+    return ReferenceMatch(
+        reference=task.reference, grader=task.grader, source=f"bundled suite, task {task.id}"
     )

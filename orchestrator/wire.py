@@ -35,6 +35,7 @@ import typing
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, TypedDict, Union
 
+from orchestrator.engine.grading import extract_answer
 from orchestrator.models import Plan as PlanRow
 from orchestrator.models import Run as RunRow
 from orchestrator.models import Step as StepRow
@@ -110,7 +111,9 @@ class RunSummary(TypedDict):
     input: str
     reference: str
     answer: str
+    answer_shown: str
     score: float | None
+    verdict: str
     error: str
     replay_of: int | None
     created_at: str | None
@@ -168,7 +171,9 @@ class RunFinished(TypedDict):
 
     status: str
     answer: str
+    answer_shown: str
     score: float | None
+    verdict: str
     error: str
     totals: Totals
     finished_at: str | None
@@ -413,7 +418,9 @@ def run_data(run: RunRow) -> RunSummary:
         "input": run.input,
         "reference": run.reference,
         "answer": run.answer,
+        "answer_shown": answer_shown(run.answer, run.grader),
         "score": run.score,
+        "verdict": verdict(run.status, run.score),
         "error": run.error,
         "replay_of": run.replay_of_id,
         "created_at": iso(run.created_at),
@@ -432,12 +439,15 @@ def finished_data(
     totals: Totals,
     finished_at: Any,
     closed_steps: dict[str, ClosedSteps],
+    grader: str = "",
 ) -> RunFinished:
-    """The ``run.finished`` payload."""
+    """The ``run.finished`` payload (``grader``: the run's, for the answer shown)."""
     return {
         "status": str(status),
         "answer": answer,
+        "answer_shown": answer_shown(answer, grader),
         "score": score,
+        "verdict": verdict(str(status), score),
         "error": error,
         "totals": totals,
         "finished_at": iso(finished_at),
@@ -458,6 +468,7 @@ def finished_data_of(
         totals=totals_data(run),
         finished_at=run.finished_at,
         closed_steps=closed_steps or {},
+        grader=run.grader,
     )
 
 
@@ -503,6 +514,7 @@ def page_constants() -> dict[str, Any]:
         "run_finished": [str(status) for status in RunRow.FINISHED],
         "step": [str(status) for status in StepRow.Status],
         "step_finished": [str(status) for status in StepRow.FINISHED],
+        "verdicts": list(VERDICTS),
         "events": {
             "run_status": RUN_STATUS,
             "plan_created": PLAN_CREATED,
@@ -514,6 +526,39 @@ def page_constants() -> dict[str, Any]:
             "snapshot": SNAPSHOT,
         },
     }
+
+
+# Verdicts and the answer shown (readable runs) ---------------------------------------------------
+
+VERDICTS: Final = ("right", "wrong", "unscored", "failed", "cancelled", "pending")
+"""What a run's outcome is, at a glance: right or wrong against its reference, unscored (no
+reference, or it could not be graded), failed (an error), cancelled, or pending (not finished)."""
+RIGHT_SCORE: Final = 1.0
+"""A score at least this high is right; graders give 1.0 or 0.0."""
+ANSWER_SHOWN_CHARS: Final = 160
+
+
+def verdict(status: str, score: float | None) -> str:
+    """A run's verdict (one of ``VERDICTS``) from its status and score."""
+    if status in ("failed", "cancelled"):
+        return status
+    if status != "succeeded":
+        return "pending"
+    if score is None:
+        return "unscored"
+    return "right" if score >= RIGHT_SCORE else "wrong"
+
+
+def answer_shown(answer: str, grader: str = "") -> str:
+    """The answer itself, as lists and headers show it: what the grader extracts (the last
+    "Answer:" line; for code, the code block), its first line, cut to ``ANSWER_SHOWN_CHARS``."""
+    if not answer:
+        return ""
+    extracted = extract_answer(answer, kind=grader or None)
+    line = next((line.strip() for line in extracted.splitlines() if line.strip()), "")
+    if len(line) <= ANSWER_SHOWN_CHARS:
+        return line
+    return line[: ANSWER_SHOWN_CHARS - 1].rstrip() + "…"
 
 
 # Checking ----------------------------------------------------------------------------------------

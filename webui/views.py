@@ -32,6 +32,9 @@ class RunFilterForm(forms.Form):
     score_min = forms.FloatField(required=False, label="Score ≥")
     score_max = forms.FloatField(required=False, label="Score ≤")
     q = forms.CharField(required=False, max_length=200, strip=True, label="Text")
+    verdict = forms.ChoiceField(
+        required=False, choices=[("", "Any result"), *((v, v) for v in wire.VERDICTS)]
+    )
     page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
 
     def __init__(self, data: Any, *, pools: list[Pool], strategies: tuple[str, ...]):
@@ -45,7 +48,10 @@ class RunFilterForm(forms.Form):
         """The valid filters as ``selectors.run_list`` keywords; invalid ones are left out."""
         data = self.cleaned_data
         filters: dict[str, Any] = {}
-        names = ("project", "status", "pool", "strategy", "worker", "q", "score_min", "score_max")
+        names = (
+            "project", "status", "pool", "strategy", "worker", "q", "score_min", "score_max",
+            "verdict",
+        )  # fmt: skip
         for name in names:
             value = data.get(name)
             if value not in (None, ""):
@@ -101,6 +107,44 @@ def _default_pool(pools: list[Pool]) -> Pool | None:
     return next((p for p in pools if p.is_simulated), pools[0] if pools else None)
 
 
+FULL_RESPONSE_CHARS = 4000
+
+
+def decorate_list_row(run: Run, pools: dict[int, Pool]) -> None:
+    """What a row of the runs list shows of a run, ready for the template; ``pools`` by id,
+    with their enabled workers (``selectors.pools_for``)."""
+    run.input_line = first_line(run.input)
+    run.answer_text = wire.answer_shown(run.answer, run.grader)
+    run.full_response = run.answer[:FULL_RESPONSE_CHARS]
+    run.response_cut = len(run.answer) > FULL_RESPONSE_CHARS
+    run.error_line = "" if run.answer else first_line(run.error)
+    run.verdict = wire.verdict(run.status, run.score)
+    run.duration_text = duration_text(run.wall_time)
+    run.cost_text = cost_text(run.cost)
+    run.tokens_total = run.tokens_in + run.tokens_out
+    run.simulated_text = simulated_text(pools.get(run.pool_id, run.pool))
+
+
+def simulated_text(pool: Pool) -> str:
+    """Which parts of a pool are simulated ("" when none is): its conductor, its workers."""
+    workers = getattr(pool, "enabled_workers", None)
+    if workers is None:
+        workers = list(pool.workers.filter(enabled=True))
+    simulated = sum(1 for worker in workers if worker.is_simulated)
+    parts = []
+    if pool.is_simulated:
+        parts.append("conductor")
+    if simulated and simulated == len(workers):
+        parts.append("all workers" if len(workers) > 1 else "its worker")
+    elif simulated:
+        parts.append(f"{simulated} of {len(workers)} workers")
+    if not parts:
+        return ""
+    if pool.is_simulated and simulated == len(workers):
+        return "Simulated pool"
+    return "Simulated: " + " and ".join(parts)
+
+
 @login_required
 def runs_list(request: HttpRequest) -> HttpResponse:
     """``/``: the user's runs, newest first, filtered and paginated, plus the new-run form."""
@@ -117,22 +161,22 @@ def runs_list(request: HttpRequest) -> HttpResponse:
     runs = list(runs_query[offset : offset + PAGE_SIZE + 1])
     has_next = len(runs) > PAGE_SIZE
     runs = runs[:PAGE_SIZE]
+    pools_by_id = {pool.pk: pool for pool in pools}
     for run in runs:
-        run.input_line = first_line(run.input)
-        run.answer_line = first_line(run.answer)
-        run.error_line = "" if run.answer else first_line(run.error)
-        run.duration_text = duration_text(run.wall_time)
-        run.cost_text = cost_text(run.cost)
-        run.tokens_total = run.tokens_in + run.tokens_out
+        decorate_list_row(run, pools_by_id)
 
     worker_names = sorted({w.name for p in pools for w in p.enabled_workers})
     runnable_pools = pools if request.user.is_superuser else _runnable_pools(request.user)
+    for pool in runnable_pools:
+        pool.simulated_text = simulated_text(pool)
     default_pool = _default_pool(runnable_pools)
     context = {
         "runs": runs,
         "filter_form": form,
         "several_projects": len(project_ids) > 1,
         "status_filter": form.cleaned_data.get("status", ""),
+        "verdict_filter": form.cleaned_data.get("verdict", ""),
+        "graders": selectors.run_choices().graders,
         "page": page,
         "previous_page": page - 1 if page > 1 else None,
         "next_page": page + 1 if has_next else None,
@@ -151,8 +195,10 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
     if run is None:
         raise Http404("No such run.")
+    match = selectors.reference_for_question(question=run.input) if run.reference else None
     context = {
         "run": run,
+        "reference_source": match.source if match and match.reference == run.reference else "",
         "page_state": selectors.run_page_state(run=run),
         "ws_path": f"/ws/runs/{run.pk}/",
         "statuses": wire.page_constants(),

@@ -81,6 +81,7 @@ if (form) {
   const showSimulated = () => {
     const option = poolSelect.selectedOptions[0];
     simBadge.hidden = !(option && option.dataset.simulated);
+    if (option && option.dataset.simulated) simBadge.textContent = option.dataset.simulated;
   };
   poolSelect.addEventListener("change", showSimulated);
   showSimulated();
@@ -104,6 +105,7 @@ if (form) {
       }
     }
     document.getElementById("new-run-error").textContent = general.join(" ");
+    if (errors.reference || errors.grader) document.getElementById("new-run-grading").open = true;
     const firstInvalid = form.querySelector("[aria-invalid=true]");
     if (firstInvalid) firstInvalid.focus();
   };
@@ -121,6 +123,9 @@ if (form) {
       pool: Number(poolSelect.value),
       strategy: form.elements.strategy.value,
     };
+    const reference = form.elements.reference.value.trim();
+    if (reference) payload.reference = reference;
+    if (form.elements.grader.value) payload.grader = form.elements.grader.value;
     submit.disabled = true;
     try {
       const response = await fetch("/api/runs/", {

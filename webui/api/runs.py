@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from orchestrator import selectors
+from orchestrator import selectors, wire
 from orchestrator.models import Run
 from orchestrator.services.runs import run_cancel, run_create
 from webui.api.pagination import MAX_PAGE, PagePagination
@@ -52,7 +52,15 @@ class RunListCreateApi(APIView):
         pool = WholeNumberField(required=False, min_value=1, max_value=MAX_ID)
         strategy = serializers.ChoiceField(choices=CHOICES.strategies, required=False)
         worker = serializers.CharField(
-            required=False, max_length=100, help_text="A worker name used by any step."
+            required=False,
+            max_length=100,
+            help_text="Text in the name or model string of a worker used by any step "
+            "(case-insensitive).",
+        )
+        verdict = serializers.ChoiceField(
+            choices=wire.VERDICTS,
+            required=False,
+            help_text="right, wrong, unscored, failed, cancelled or pending.",
         )
         created_after = serializers.DateTimeField(required=False)
         created_before = serializers.DateTimeField(required=False)

@@ -72,3 +72,9 @@ export function setStatusBadge(badge, status) {
   badge.className = `status status-${status}`;
   badge.textContent = status;
 }
+
+// A run's verdict (orchestrator.wire.VERDICTS): right, wrong, unscored, failed, cancelled, pending.
+export function setVerdictBadge(badge, verdict) {
+  badge.className = `verdict verdict-${verdict}`;
+  badge.textContent = verdict;
+}

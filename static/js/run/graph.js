@@ -5,8 +5,11 @@
 // page), and the rounds after it move along if it grew. The layout is never fetched again.
 
 import cytoscape from "../../vendor/cytoscape.esm.js";
-import { formatCount, stepGraphLabel } from "./format.js";
-import { STEP_STATUSES } from "./statuses.js";
+import { formatCount, shortInstruction, stepGraphLabel } from "./format.js";
+
+// The marks beside a verdict's word (the page's CSS draws the same ones).
+const VERDICT_MARKS = { right: "✓", wrong: "✗", unscored: "–", failed: "!", cancelled: "⊘", pending: "…" };
+import { STEP_STATUSES, VERDICTS } from "./statuses.js";
 
 // Runs with more steps than this are drawn the cheap way (see graphStyle), whether or not the
 // server folds their rounds: an opened round can hold thousands of steps.
@@ -39,6 +42,7 @@ function palette() {
     planning: colour("--status-planning", "#7a4fbf"),
     planningSoft: colour("--status-planning-soft", "#f1ebfa"),
     font: cssColour(style, "--font", "system-ui, sans-serif"),
+    verdicts: Object.fromEntries(VERDICTS.map((verdict) => [verdict, colour(`--verdict-${verdict}`, "#58616c")])),
   };
 }
 
@@ -150,6 +154,11 @@ function graphStyle(c, { large }) {
     ...Object.entries(c.steps).map(([status, { soft }]) => labelledStatusStyle(status, soft)),
     { selector: 'edge[kind = "plan"]', style: { "line-style": "dashed", "line-color": c.planning, "target-arrow-color": c.planning } },
     { selector: 'edge[kind = "next"]', style: { "line-style": "dotted", width: 2 } },
+    // The step whose response is the run's answer: ringed in its verdict's colour.
+    ...Object.entries(c.verdicts).map(([verdict, colour]) => ({
+      selector: `node.step.final[verdict = "${verdict}"]`,
+      style: { "outline-width": 5, "outline-color": colour, "outline-offset": 3, "outline-opacity": 1 },
+    })),
     { selector: "node.current", style: { "border-color": c.focus, "border-width": 5, "border-style": "solid" } },
   ];
 }
@@ -402,11 +411,55 @@ export class GraphView {
         step: node.step,
         round: node.round,
         status: step ? step.status : node.status,
-        label: step ? stepGraphLabel(step) : `${node.worker}\n${node.label}\n${node.status}`,
+        label: step ? this.stepLabel(step) : `${node.worker}\n${node.label}\n${node.status}`,
+        verdict: step && step.id === this.finalStepId() ? this.store.run.verdict : "",
       },
       position: { x: node.x, y: node.y },
-      classes: node.step === this.currentStep ? "step current" : "step",
+      classes: [
+        "step",
+        node.step === this.currentStep ? "current" : "",
+        step && step.id === this.finalStepId() ? "final" : "",
+      ].join(" ").trim(),
     };
+  }
+
+  // The step whose response is the run's answer (the last step of the last round), once the
+  // run has finished with one; null otherwise.
+  finalStepId() {
+    if (!this.store.finished || !this.store.run.answer) return null;
+    const last = this.store.order.at(-1);
+    return last ? last.id : null;
+  }
+
+  stepLabel(step) {
+    const label = stepGraphLabel(step);
+    if (step.id !== this.finalStepId()) return label;
+    const run = this.store.run;
+    return `${label}\n${VERDICT_MARKS[run.verdict] || ""} ${run.verdict}: ${shortInstruction(run.answer_shown || "", 28)}`;
+  }
+
+  // Ring the final step in the run's verdict colour and say the verdict on it.
+  markFinal() {
+    if (!this.cy) return;
+    const finalId = this.finalStepId();
+    this.cy.batch(() => {
+      this.cy.nodes(".final").forEach((node) => {
+        node.removeClass("final");
+        node.data({ verdict: "", label: this.stepLabel(this.store.steps.get(node.data("step"))) });
+      });
+      if (finalId == null) return;
+      const node = this.cy.getElementById(`s${finalId}`);
+      if (node.empty()) return;
+      node.addClass("final");
+      node.data({ verdict: this.store.run.verdict, label: this.stepLabel(this.store.steps.get(finalId)) });
+    });
+  }
+
+  // The verdict drawn on the final step, or null (for tests that read the graph as a user would).
+  finalVerdict() {
+    if (!this.cy) return null;
+    const node = this.cy.nodes("node.step.final");
+    return node.nonempty() ? node.data("verdict") : null;
   }
 
   // Apply one frame's changes from the store.
@@ -417,8 +470,9 @@ export class GraphView {
       for (const id of changes.changedSteps) {
         const step = this.store.steps.get(id);
         const node = cy.getElementById(`s${id}`);
-        if (node.nonempty()) node.data({ status: step.status, label: stepGraphLabel(step) });
+        if (node.nonempty()) node.data({ status: step.status, label: this.stepLabel(step) });
       }
+      if (changes.run) this.markFinal();
       for (const round of changes.plans) {
         const plan = this.store.plans.get(round);
         const node = cy.getElementById(`p${round}`);
