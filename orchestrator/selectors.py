@@ -458,3 +458,48 @@ def reference_for_question(*, question: str) -> ReferenceMatch | None:
     return ReferenceMatch(
         reference=task.reference, grader=task.grader, source=f"bundled suite, task {task.id}"
     )
+
+
+# The events that change what the runs list shows of a run: its creation (queued), its status,
+# its end (answer, verdict, totals).
+LIST_EVENT_TYPES = (wire.RUN_STATUS, wire.RUN_FINISHED)
+LIST_CHANGES_LIMIT = 500
+LIST_CHANGES_LOOKBACK = 200
+
+
+def run_events_cursor() -> int:
+    """Where a runs list that is current now starts following changes from (the newest stored
+    event's id; 0 when there is none)."""
+    return RunEvent.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+
+
+def run_list_changes(
+    *, user: Any, after: int, limit: int = LIST_CHANGES_LIMIT, **filters: Any
+) -> wire.ListChanges:
+    """What changed for a runs list since the event id ``after``: the runs created or whose
+    status changed that the user may see, in two parts: those that match ``filters``
+    (``run_list``'s keywords), newest first, and those that no longer do. ``cursor`` is where
+    to ask from next. At most ``limit`` events are read per call (ask again from the cursor).
+    """
+    # The cursor is read first: every event up to it is looked at, none after it. Ids are taken
+    # before their transactions commit, so one may become visible after a higher one: each call
+    # looks ``LIST_CHANGES_LOOKBACK`` events behind its cursor again (a run reported twice is
+    # drawn twice, the same).
+    cursor = run_events_cursor()
+    events = RunEvent.objects.filter(
+        pk__gt=max(0, after - LIST_CHANGES_LOOKBACK), pk__lte=cursor, type__in=LIST_EVENT_TYPES
+    )
+    projects = user_project_ids(user)
+    if projects is not None:
+        events = events.filter(run__project_id__in=projects)
+    rows = list(events.order_by("pk").values_list("pk", "run_id")[:limit])
+    if len(rows) == limit:
+        cursor = rows[-1][0]
+    run_ids = {run_id for _, run_id in rows}
+    matching = list(run_list(user=user, **filters).filter(pk__in=run_ids)) if run_ids else []
+    return {
+        "cursor": cursor,
+        "changed": [run.pk for run in matching],
+        "gone": sorted(run_ids - {run.pk for run in matching}),
+        "runs": matching,
+    }

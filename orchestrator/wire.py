@@ -561,6 +561,17 @@ def answer_shown(answer: str, grader: str = "") -> str:
     return line[: ANSWER_SHOWN_CHARS - 1].rstrip() + "…"
 
 
+class ListChanges(TypedDict):
+    """What changed for a runs list since an event id (``selectors.run_list_changes``): runs
+    created or changed that match its filters (ids, newest first, and the rows), those that no
+    longer match, and the event id to ask from next."""
+
+    cursor: int
+    changed: list[int]
+    gone: list[int]
+    runs: list[Any]
+
+
 # Checking ----------------------------------------------------------------------------------------
 
 

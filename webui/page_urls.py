@@ -7,6 +7,7 @@ from webui import account, views
 
 urlpatterns = [
     path("", views.runs_list, name="runs"),
+    path("runs/changes/", views.runs_list_changes, name="runs-changes"),
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
     path("account/", account.account, name="account"),
     path(

@@ -7,8 +7,10 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
 
 from orchestrator import selectors, wire
@@ -184,8 +186,43 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         "default_pool_id": default_pool.pk if default_pool else None,
         "strategies": selectors.run_choices().strategies,
         "worker_names": worker_names,
+        "list_state": {
+            "cursor": selectors.run_events_cursor(),
+            "first_page": page == 1,
+            "changes_url": reverse("runs-changes"),
+        },
     }
     return render(request, "runs/list.html", context)
+
+
+@login_required
+def runs_list_changes(request: HttpRequest) -> HttpResponse:
+    """``/runs/changes/?after=<event id>&<the list's filters>``: what the open runs list must
+    redraw (``selectors.run_list_changes``), with the rows as the list draws them."""
+    try:
+        after = int(request.GET.get("after", ""))
+    except ValueError:
+        return JsonResponse(
+            {"after": ["Give the event id to follow from (an integer)."]}, status=400
+        )
+    if not 0 <= after <= 2**63 - 1:
+        return JsonResponse({"after": ["Out of range."]}, status=400)
+    pools = list(selectors.pools_for(user=request.user))
+    form = RunFilterForm(request.GET, pools=pools, strategies=selectors.run_choices().strategies)
+    form.is_valid()
+    changes = selectors.run_list_changes(user=request.user, after=after, **form.selector_filters())
+    runs = changes["runs"]
+    pools_by_id = {pool.pk: pool for pool in pools}
+    for run in runs:
+        decorate_list_row(run, pools_by_id)
+    return JsonResponse(
+        {
+            "cursor": changes["cursor"],
+            "changed": changes["changed"],
+            "gone": changes["gone"],
+            "rows": render_to_string("runs/_rows.html", {"runs": runs}, request=request),
+        }
+    )
 
 
 @login_required

@@ -84,3 +84,43 @@ def test_a_reference_typed_into_the_form_scores_the_run(browser_page):
     wait_until_finished(page)
     assert page.inner_text("#run-reference").strip() == "Ankara"
     assert page.inner_text("#run-verdict").strip() in ("right", "wrong")
+
+
+def test_a_run_started_through_the_api_appears_in_an_open_list(browser_page, make_run):
+    page = browser_page
+    page.goto("/")
+    page.wait_for_selector("#runs-table")
+    run_id = make_run(
+        f"What is the capital city of Turkey? ({uuid.uuid4().hex[:6]})", strategy="single"
+    )
+    row = page.locator(f'#runs-table tr[data-run-id="{run_id}"]')
+    row.wait_for(timeout=10_000)
+    assert page.locator("#runs-table tbody tr").first.get_attribute("data-run-id") == str(run_id)
+    # Its end shows too, without a reload.
+    page.wait_for_selector(
+        f'#runs-table tr[data-run-id="{run_id}"][data-status="succeeded"]', timeout=30_000
+    )
+    assert row.locator(".verdict").inner_text().strip() == "unscored"
+
+
+def test_the_worker_filter_finds_a_worker_by_its_model_string(browser_page, make_run):
+    page = browser_page
+    pools = page.request.get("/api/pools/").json()
+    pool = next(
+        p
+        for p in (pools.get("results", pools) if isinstance(pools, dict) else pools)
+        if p["id"] == make_run.default_pool_id()
+    )
+    worker = pool["workers"][0]
+    run_id = make_run(TURKEY, strategy="single", strategy_options={"worker": 0})
+    make_run.wait(run_id)
+    model = worker["model"]  # e.g. sim/summit: not the display name
+    assert model.lower() not in worker["name"].lower()
+    page.goto("/")
+    page.fill("#id_worker", model.upper())
+    page.click("#run-filters button[type=submit]")
+    page.wait_for_url(re.compile(r"worker="))
+    ids = page.locator("#runs-table tbody tr").evaluate_all(
+        "rows => rows.map(r => Number(r.dataset.runId))"
+    )
+    assert run_id in ids

@@ -8,7 +8,13 @@ import webui.converters  # noqa: F401  (registers the <id:...> path converter)
 from webui.api.exports import TrajectoryExportApi
 from webui.api.keys import ApiKeyListCreateApi, ApiKeyRevokeApi
 from webui.api.pools import PoolListApi
-from webui.api.runs import RunCancelApi, RunDetailApi, RunGraphApi, RunListCreateApi
+from webui.api.runs import (
+    RunCancelApi,
+    RunDetailApi,
+    RunGraphApi,
+    RunListChangesApi,
+    RunListCreateApi,
+)
 from webui.api.steps import StepDetailApi
 
 
@@ -21,6 +27,7 @@ def api_not_found(request: HttpRequest) -> JsonResponse:
 
 urlpatterns = [
     path("runs/", RunListCreateApi.as_view(), name="api-run-list"),
+    path("runs/changes/", RunListChangesApi.as_view(), name="api-run-changes"),
     path("runs/<id:run_id>/", RunDetailApi.as_view(), name="api-run-detail"),
     path("runs/<id:run_id>/graph/", RunGraphApi.as_view(), name="api-run-graph"),
     path("runs/<id:run_id>/cancel/", RunCancelApi.as_view(), name="api-run-cancel"),
