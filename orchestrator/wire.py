@@ -99,6 +99,8 @@ class Plan(TypedDict):
     error: str
     accepts: bool
     step_count: int
+    latency: float | None
+    finished_at: str | None
 
 
 class RunSummary(TypedDict):
@@ -215,12 +217,13 @@ class GraphStep(TypedDict):
     tokens_out: int
     latency: float | None
     reads: list[int]
+    access: str | list[int]
 
 
 # The Step columns behind GraphStep, in its key order.
 GRAPH_STEP_COLUMNS: Final = (
     "id", "round", "index", "worker_name", "instruction", "status", "tokens_in", "tokens_out",
-    "latency", "reads",
+    "latency", "reads", "access",
 )  # fmt: skip
 
 
@@ -257,7 +260,7 @@ class GraphEdge(TypedDict):
     id: str
     source: str
     target: str
-    kind: Literal["reads", "plan", "next"]
+    kind: Literal["reads", "reads_all", "plan", "next"]
 
 
 class GraphGroup(TypedDict):
@@ -406,7 +409,20 @@ def plan_data(plan: PlanRow) -> Plan:
         "error": plan.error,
         "accepts": plan.workflow == [],
         "step_count": len(plan.workflow or []),
+        # The conductor's calls took this long and ended when the plan was stored: the
+        # timeline draws them before the round's steps.
+        "latency": _attempts_latency(plan.attempts),
+        "finished_at": iso(plan.created_at),
     }
+
+
+def _attempts_latency(attempts: Any) -> float | None:
+    latencies = [
+        attempt.get("latency")
+        for attempt in attempts or ()
+        if isinstance(attempt, dict) and isinstance(attempt.get("latency"), int | float)
+    ]
+    return float(sum(latencies)) if latencies else None
 
 
 def run_data(run: RunRow) -> RunSummary:
