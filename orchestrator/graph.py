@@ -6,8 +6,10 @@ is computed here, on the server, so the page only draws (Cytoscape's ``preset`` 
 - each round is laid out as a layered DAG with networkx (``topological_generations`` for the
   layers, ``multipartite_layout`` for the placement), left to right, a step always to the right
   of every step it reads;
-- the conductor's plan call of a round sits in the column before its steps;
-- rounds follow one another along x, each inside its own group box.
+- the conductor's plan call of a round sits in the column before its steps (a fixed strategy's
+  rounds have no plan node: no conductor ran);
+- rounds follow one another down the page, each inside its own group box (a wide canvas then
+  fits a run of a few rounds at a size where labels can be read).
 
 Above ``COLLAPSE_ABOVE`` steps the whole-run graph sends each round as one collapsed group
 (its box, counts by status, no step nodes); ``build_graph(..., round=N)`` then returns that
@@ -28,18 +30,18 @@ import networkx as nx
 if TYPE_CHECKING:  # the shapes only: the layout itself needs no Django
     from orchestrator.wire import Graph, GraphStep, Plan
 
-COLUMN_WIDTH: Final = 240.0
+COLUMN_WIDTH: Final = 280.0
 """Horizontal distance between two layers, in pixels of the page's graph."""
-ROW_HEIGHT: Final = 64.0
+ROW_HEIGHT: Final = 118.0
 """Vertical distance between two steps of one layer."""
-ROUND_GAP: Final = 80.0
+ROUND_GAP: Final = 60.0
 """Extra space between the boxes of two rounds."""
-GROUP_PADDING: Final = 40.0
+GROUP_PADDING: Final = 34.0
 """Space between a round's box and the nodes inside it."""
-NODE_WIDTH: Final = 180.0
-NODE_HEIGHT: Final = 50.0
-LABEL_CHARS: Final = 32
-"""The short form of an instruction shown on a node."""
+NODE_WIDTH: Final = 230.0
+NODE_HEIGHT: Final = 98.0
+LABEL_CHARS: Final = 58
+"""The short form of an instruction shown on a node (wrapped on two lines)."""
 COLLAPSE_ABOVE: Final = 6000
 """Whole-run graphs with more steps than this send their rounds collapsed."""
 
@@ -103,13 +105,16 @@ def build_graph(
         "step_count": len(steps),
     }
     known_step_ids = {step["id"] for step in steps}
-    left = 0.0
+    top = 0.0
     previous_round: int | None = None
     previous_last_step: Any = None
     for number in rounds:
         round_steps = sorted(steps_by_round.get(number, ()), key=lambda s: s["index"])
         plan = plans_by_round.get(number)
-        layout = _layout_round(round_steps, left=left, has_plan=plan is not None)
+        # Only the conductor plans: a fixed strategy's workflow is drawn without a plan node.
+        if plan is not None and plan.get("strategy") != "conductor":
+            plan = None
+        layout = _layout_round(round_steps, top=top, has_plan=plan is not None)
         wanted = round is None or round == number
         if wanted:
             graph["groups"].append(_group(number, round_steps, plan, layout, collapsed=collapsed))
@@ -125,12 +130,12 @@ def build_graph(
                 )
         previous_round = number
         previous_last_step = round_steps[-1]["id"] if round_steps else previous_last_step
-        left = layout["right"] + ROUND_GAP
+        top = layout["bottom"] + ROUND_GAP
     return graph
 
 
 def _layout_round(
-    steps: Sequence[Mapping[str, Any]], *, left: float, has_plan: bool
+    steps: Sequence[Mapping[str, Any]], *, top: float, has_plan: bool
 ) -> dict[str, Any]:
     """Positions of one round's plan node and steps, and the round's box."""
     ids = [step["id"] for step in steps]
@@ -149,8 +154,12 @@ def _layout_round(
         # A cycle cannot come from a valid workflow; draw the steps in one column rather than fail.
         generations = [ids]
 
+    left = 0.0
     first_column = left + GROUP_PADDING + NODE_WIDTH / 2
     step_columns_start = first_column + (COLUMN_WIDTH if has_plan else 0.0)
+    tallest = max((len(layer) for layer in generations), default=1) if ids else 1
+    half_height = (tallest - 1) / 2 * ROW_HEIGHT + NODE_HEIGHT / 2 + GROUP_PADDING
+    middle = top + half_height
     positions: dict[Any, tuple[float, float]] = {}
     if generations and ids:
         layers = dict(enumerate(generations))
@@ -165,26 +174,24 @@ def _layout_round(
             layer = round((float(x) - min_x) / unit)
             positions[step_id] = (
                 _pixels(step_columns_start + layer * COLUMN_WIDTH),
-                _pixels(float(y) / unit * ROW_HEIGHT),
+                _pixels(middle + float(y) / unit * ROW_HEIGHT),
             )
     layer_count = len(generations) if ids else 0
-    tallest = max((len(layer) for layer in generations), default=1) if ids else 1
     last_column = step_columns_start + max(layer_count - 1, 0) * COLUMN_WIDTH
     if not ids:
         last_column = first_column
-    half_height = (tallest - 1) / 2 * ROW_HEIGHT + NODE_HEIGHT / 2 + GROUP_PADDING
     right = last_column + NODE_WIDTH / 2 + GROUP_PADDING
     return {
         "positions": positions,
         "layers": {step_id: i for i, layer in enumerate(generations) for step_id in layer},
-        "plan_position": (_pixels(first_column), 0),
+        "plan_position": (_pixels(first_column), _pixels(middle)),
         "box": {
             "x": _pixels((left + right) / 2),
-            "y": 0,
+            "y": _pixels(middle),
             "width": _pixels(right - left),
             "height": _pixels(2 * half_height),
         },
-        "right": right,
+        "bottom": top + 2 * half_height,
     }
 
 
@@ -207,6 +214,16 @@ def _plan_status(plan: Mapping[str, Any]) -> str:
     if plan.get("error"):
         return "failed"
     return "accepted" if plan.get("accepts") else "succeeded"
+
+
+def plan_label(number: int, status: str, step_count: int) -> str:
+    """What a plan node says: the conductor's call of a round, and what came of it."""
+    if status == "accepted":
+        return f"Round {number}: the conductor\naccepts the answer"
+    if status == "failed":
+        return f"Round {number}: the conductor\nwrote no usable plan"
+    steps = "1 step" if step_count == 1 else f"{step_count} steps"
+    return f"Round {number}: conductor\nplans {steps}"
 
 
 def _group(
@@ -249,7 +266,7 @@ def _add_round(
                 "kind": "plan",
                 "plan": plan["id"],
                 "round": number,
-                "label": f"Plan, round {number}",
+                "label": plan_label(number, _plan_status(plan), plan.get("step_count", 0)),
                 "status": _plan_status(plan),
                 "attempts": plan.get("attempts", 0),
                 "x": x,
@@ -278,9 +295,11 @@ def _add_round(
             }
         )
         target = step_node_id(step["id"])
+        # "all" and an explicit list are drawn apart: one reads whatever came before.
+        kind = "reads_all" if step.get("access") == "all" else "reads"
         for read in dict.fromkeys(step.get("reads") or ()):
             if read in known_step_ids:
-                edges.append(_edge(step_node_id(read), target, "reads"))
+                edges.append(_edge(step_node_id(read), target, kind))
         if plan is not None and layers.get(step["id"]) == 0:
             edges.append(_edge(plan_node_id(number), target, "plan"))
 

@@ -175,10 +175,12 @@ def run_list(
     score_min: float | None = None,
     score_max: float | None = None,
     q: str | None = None,
+    verdict: str | None = None,
 ) -> QuerySet[Run]:
     """The runs a user may see, newest first, filtered.
 
-    ``worker`` is a worker name used by any step of the run. ``q`` is free text over the input and
+    ``worker`` is text in the name or the model string of a worker used by any step of the run
+    (case-insensitive substring). ``verdict`` is one of ``wire.VERDICTS``. ``q`` is free text over the input and
     the final answer (case-insensitive substring). Dates bound ``created_at`` (inclusive).
     ``project`` narrows to one of the user's projects. The pool and the creator come joined;
     slicing the result is cheap on the list indexes (no COUNT is needed to show a page).
@@ -191,7 +193,10 @@ def run_list(
     if strategy:
         runs = runs.filter(strategy=strategy)
     if worker:
-        runs = runs.filter(Exists(Step.objects.filter(run_id=OuterRef("pk"), worker_name=worker)))
+        used = Q(worker_name__icontains=worker) | Q(model__icontains=worker)
+        runs = runs.filter(Exists(Step.objects.filter(used, run_id=OuterRef("pk"))))
+    if verdict:
+        runs = runs.filter(verdict_filter(verdict))
     if created_after is not None:
         runs = runs.filter(created_at__gte=created_after)
     if created_before is not None:
@@ -214,6 +219,22 @@ def run_list(
         )
         .order_by("-created_at", "-id")
     )
+
+
+def verdict_filter(verdict: str) -> Q:
+    """The runs whose ``wire.verdict`` is ``verdict``, as a query (no column stores it)."""
+    succeeded = Q(status=Run.Status.SUCCEEDED)
+    conditions = {
+        "right": succeeded & Q(score__gte=wire.RIGHT_SCORE),
+        "wrong": succeeded & Q(score__lt=wire.RIGHT_SCORE),
+        "unscored": succeeded & Q(score__isnull=True),
+        "failed": Q(status=Run.Status.FAILED),
+        "cancelled": Q(status=Run.Status.CANCELLED),
+        "pending": ~Q(status__in=Run.FINISHED),
+    }
+    if verdict not in conditions:
+        raise ValueError(f"unknown verdict {verdict!r}; expected one of {', '.join(wire.VERDICTS)}")
+    return conditions[verdict]
 
 
 def run_get(*, user: Any, run_id: int) -> Run | None:
@@ -892,4 +913,76 @@ def review_insights(
             {"day": row["day"].isoformat(), "strategy": row["strategy"], "runs": row["runs"]}
             for row in by_day
         ],
+    }
+
+
+# Readable runs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceMatch:
+    """A task whose question is the one asked: what to grade the answer against, and where the
+    reference comes from (said on the run's page)."""
+
+    reference: str
+    grader: str
+    source: str
+
+
+def reference_for_question(*, question: str) -> ReferenceMatch | None:
+    """The reference of the task whose question is exactly ``question`` (surrounding
+    whitespace ignored), or None. The one place runs are matched against known tasks: the
+    bundled suite today; a project's datasets plug in here."""
+    from orchestrator.providers.simulator.suite import task_for_question
+
+    task = task_for_question(question)
+    if task is None:
+        return None
+    return ReferenceMatch(
+        reference=task.reference, grader=task.grader, source=f"bundled suite, task {task.id}"
+    )
+
+
+# The events that change what the runs list shows of a run: its creation (queued), its status,
+# its end (answer, verdict, totals).
+LIST_EVENT_TYPES = (wire.RUN_STATUS, wire.RUN_FINISHED)
+LIST_CHANGES_LIMIT = 500
+LIST_CHANGES_LOOKBACK = 200
+
+
+def run_events_cursor() -> int:
+    """Where a runs list that is current now starts following changes from (the newest stored
+    event's id; 0 when there is none)."""
+    return RunEvent.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+
+
+def run_list_changes(
+    *, user: Any, after: int, limit: int = LIST_CHANGES_LIMIT, **filters: Any
+) -> wire.ListChanges:
+    """What changed for a runs list since the event id ``after``: the runs created or whose
+    status changed that the user may see, in two parts: those that match ``filters``
+    (``run_list``'s keywords), newest first, and those that no longer do. ``cursor`` is where
+    to ask from next. At most ``limit`` events are read per call (ask again from the cursor).
+    """
+    # The cursor is read first: every event up to it is looked at, none after it. Ids are taken
+    # before their transactions commit, so one may become visible after a higher one: each call
+    # looks ``LIST_CHANGES_LOOKBACK`` events behind its cursor again (a run reported twice is
+    # drawn twice, the same).
+    cursor = run_events_cursor()
+    events = RunEvent.objects.filter(
+        pk__gt=max(0, after - LIST_CHANGES_LOOKBACK), pk__lte=cursor, type__in=LIST_EVENT_TYPES
+    )
+    projects = user_project_ids(user)
+    if projects is not None:
+        events = events.filter(run__project_id__in=projects)
+    rows = list(events.order_by("pk").values_list("pk", "run_id")[:limit])
+    if len(rows) == limit:
+        cursor = rows[-1][0]
+    run_ids = {run_id for _, run_id in rows}
+    matching = list(run_list(user=user, **filters).filter(pk__in=run_ids)) if run_ids else []
+    return {
+        "cursor": cursor,
+        "changed": [run.pk for run in matching],
+        "gone": sorted(run_ids - {run.pk for run in matching}),
+        "runs": matching,
     }

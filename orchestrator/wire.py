@@ -45,6 +45,7 @@ import typing
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, TypedDict, Union
 
+from orchestrator.engine.grading import extract_answer
 from orchestrator.models import Plan as PlanRow
 from orchestrator.models import Run as RunRow
 from orchestrator.models import Step as StepRow
@@ -113,6 +114,8 @@ class Plan(TypedDict):
     error: str
     accepts: bool
     step_count: int
+    latency: float | None
+    finished_at: str | None
 
 
 class RunSummary(TypedDict):
@@ -125,7 +128,9 @@ class RunSummary(TypedDict):
     input: str
     reference: str
     answer: str
+    answer_shown: str
     score: float | None
+    verdict: str
     error: str
     replay_of: int | None
     created_at: str | None
@@ -183,7 +188,9 @@ class RunFinished(TypedDict):
 
     status: str
     answer: str
+    answer_shown: str
     score: float | None
+    verdict: str
     error: str
     totals: Totals
     finished_at: str | None
@@ -289,12 +296,13 @@ class GraphStep(TypedDict):
     tokens_out: int
     latency: float | None
     reads: list[int]
+    access: str | list[int]
 
 
 # The Step columns behind GraphStep, in its key order.
 GRAPH_STEP_COLUMNS: Final = (
     "id", "round", "index", "worker_name", "instruction", "status", "tokens_in", "tokens_out",
-    "latency", "reads",
+    "latency", "reads", "access",
 )  # fmt: skip
 
 
@@ -331,7 +339,7 @@ class GraphEdge(TypedDict):
     id: str
     source: str
     target: str
-    kind: Literal["reads", "plan", "next"]
+    kind: Literal["reads", "reads_all", "plan", "next"]
 
 
 class GraphGroup(TypedDict):
@@ -480,7 +488,20 @@ def plan_data(plan: PlanRow) -> Plan:
         "error": plan.error,
         "accepts": plan.workflow == [],
         "step_count": len(plan.workflow or []),
+        # The conductor's calls took this long and ended when the plan was stored: the
+        # timeline draws them before the round's steps.
+        "latency": _attempts_latency(plan.attempts),
+        "finished_at": iso(plan.created_at),
     }
+
+
+def _attempts_latency(attempts: Any) -> float | None:
+    latencies = [
+        attempt.get("latency")
+        for attempt in attempts or ()
+        if isinstance(attempt, dict) and isinstance(attempt.get("latency"), int | float)
+    ]
+    return float(sum(latencies)) if latencies else None
 
 
 def run_data(run: RunRow) -> RunSummary:
@@ -492,7 +513,9 @@ def run_data(run: RunRow) -> RunSummary:
         "input": run.input,
         "reference": run.reference,
         "answer": run.answer,
+        "answer_shown": answer_shown(run.answer, run.grader),
         "score": run.score,
+        "verdict": verdict(run.status, run.score),
         "error": run.error,
         "replay_of": run.replay_of_id,
         "created_at": iso(run.created_at),
@@ -511,12 +534,15 @@ def finished_data(
     totals: Totals,
     finished_at: Any,
     closed_steps: dict[str, ClosedSteps],
+    grader: str = "",
 ) -> RunFinished:
-    """The ``run.finished`` payload."""
+    """The ``run.finished`` payload (``grader``: the run's, for the answer shown)."""
     return {
         "status": str(status),
         "answer": answer,
+        "answer_shown": answer_shown(answer, grader),
         "score": score,
+        "verdict": verdict(str(status), score),
         "error": error,
         "totals": totals,
         "finished_at": iso(finished_at),
@@ -537,6 +563,7 @@ def finished_data_of(
         totals=totals_data(run),
         finished_at=run.finished_at,
         closed_steps=closed_steps or {},
+        grader=run.grader,
     )
 
 
@@ -582,6 +609,7 @@ def page_constants() -> dict[str, Any]:
         "run_finished": [str(status) for status in RunRow.FINISHED],
         "step": [str(status) for status in StepRow.Status],
         "step_finished": [str(status) for status in StepRow.FINISHED],
+        "verdicts": list(VERDICTS),
         "events": {
             "run_status": RUN_STATUS,
             "plan_created": PLAN_CREATED,
@@ -597,6 +625,50 @@ def page_constants() -> dict[str, Any]:
             "review_changed": REVIEW_CHANGED,
         },
     }
+
+
+# Verdicts and the answer shown (readable runs) ---------------------------------------------------
+
+VERDICTS: Final = ("right", "wrong", "unscored", "failed", "cancelled", "pending")
+"""What a run's outcome is, at a glance: right or wrong against its reference, unscored (no
+reference, or it could not be graded), failed (an error), cancelled, or pending (not finished)."""
+RIGHT_SCORE: Final = 1.0
+"""A score at least this high is right; graders give 1.0 or 0.0."""
+ANSWER_SHOWN_CHARS: Final = 160
+
+
+def verdict(status: str, score: float | None) -> str:
+    """A run's verdict (one of ``VERDICTS``) from its status and score."""
+    if status in ("failed", "cancelled"):
+        return status
+    if status != "succeeded":
+        return "pending"
+    if score is None:
+        return "unscored"
+    return "right" if score >= RIGHT_SCORE else "wrong"
+
+
+def answer_shown(answer: str, grader: str = "") -> str:
+    """The answer itself, as lists and headers show it: what the grader extracts (the last
+    "Answer:" line; for code, the code block), its first line, cut to ``ANSWER_SHOWN_CHARS``."""
+    if not answer:
+        return ""
+    extracted = extract_answer(answer, kind=grader or None)
+    line = next((line.strip() for line in extracted.splitlines() if line.strip()), "")
+    if len(line) <= ANSWER_SHOWN_CHARS:
+        return line
+    return line[: ANSWER_SHOWN_CHARS - 1].rstrip() + "…"
+
+
+class ListChanges(TypedDict):
+    """What changed for a runs list since an event id (``selectors.run_list_changes``): runs
+    created or changed that match its filters (ids, newest first, and the rows), those that no
+    longer match, and the event id to ask from next."""
+
+    cursor: int
+    changed: list[int]
+    gone: list[int]
+    runs: list[Any]
 
 
 # Checking ----------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from webui import account, experiment_pages, pool_pages, projects, review, views
 
 urlpatterns = [
     path("", views.runs_list, name="runs"),
+    path("runs/changes/", views.runs_list_changes, name="runs-changes"),
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<id:run_id>/family/", views.run_family, name="run-family"),
     path("compare/", views.runs_compare, name="runs-compare"),

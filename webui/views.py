@@ -7,8 +7,10 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
@@ -36,6 +38,9 @@ class RunFilterForm(forms.Form):
     score_min = forms.FloatField(required=False, label="Score ≥")
     score_max = forms.FloatField(required=False, label="Score ≤")
     q = forms.CharField(required=False, max_length=200, strip=True, label="Text")
+    verdict = forms.ChoiceField(
+        required=False, choices=[("", "Any result"), *((v, v) for v in wire.VERDICTS)]
+    )
     page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
 
     def __init__(self, data: Any, *, pools: list[Pool], strategies: tuple[str, ...]):
@@ -49,7 +54,10 @@ class RunFilterForm(forms.Form):
         """The valid filters as ``selectors.run_list`` keywords; invalid ones are left out."""
         data = self.cleaned_data
         filters: dict[str, Any] = {}
-        names = ("project", "status", "pool", "strategy", "worker", "q", "score_min", "score_max")
+        names = (
+            "project", "status", "pool", "strategy", "worker", "q", "score_min", "score_max",
+            "verdict",
+        )  # fmt: skip
         for name in names:
             value = data.get(name)
             if value not in (None, ""):
@@ -105,6 +113,44 @@ def _default_pool(pools: list[Pool]) -> Pool | None:
     return next((p for p in pools if p.is_simulated), pools[0] if pools else None)
 
 
+FULL_RESPONSE_CHARS = 4000
+
+
+def decorate_list_row(run: Run, pools: dict[int, Pool]) -> None:
+    """What a row of the runs list shows of a run, ready for the template; ``pools`` by id,
+    with their enabled workers (``selectors.pools_for``)."""
+    run.input_line = first_line(run.input)
+    run.answer_text = wire.answer_shown(run.answer, run.grader)
+    run.full_response = run.answer[:FULL_RESPONSE_CHARS]
+    run.response_cut = len(run.answer) > FULL_RESPONSE_CHARS
+    run.error_line = "" if run.answer else first_line(run.error)
+    run.verdict = wire.verdict(run.status, run.score)
+    run.duration_text = duration_text(run.wall_time)
+    run.cost_text = cost_text(run.cost)
+    run.tokens_total = run.tokens_in + run.tokens_out
+    run.simulated_text = simulated_text(pools.get(run.pool_id, run.pool))
+
+
+def simulated_text(pool: Pool) -> str:
+    """Which parts of a pool are simulated ("" when none is): its conductor, its workers."""
+    workers = getattr(pool, "enabled_workers", None)
+    if workers is None:
+        workers = list(pool.workers.filter(enabled=True))
+    simulated = sum(1 for worker in workers if worker.is_simulated)
+    parts = []
+    if pool.is_simulated:
+        parts.append("conductor")
+    if simulated and simulated == len(workers):
+        parts.append("all workers" if len(workers) > 1 else "its worker")
+    elif simulated:
+        parts.append(f"{simulated} of {len(workers)} workers")
+    if not parts:
+        return ""
+    if pool.is_simulated and simulated == len(workers):
+        return "Simulated pool"
+    return "Simulated: " + " and ".join(parts)
+
+
 @login_required
 def runs_list(request: HttpRequest) -> HttpResponse:
     """``/``: the user's runs, newest first, filtered and paginated, plus the new-run form."""
@@ -125,22 +171,22 @@ def runs_list(request: HttpRequest) -> HttpResponse:
     runs = list(runs_query[offset : offset + PAGE_SIZE + 1])
     has_next = len(runs) > PAGE_SIZE
     runs = runs[:PAGE_SIZE]
+    pools_by_id = {pool.pk: pool for pool in pools}
     for run in runs:
-        run.input_line = first_line(run.input)
-        run.answer_line = first_line(run.answer)
-        run.error_line = "" if run.answer else first_line(run.error)
-        run.duration_text = duration_text(run.wall_time)
-        run.cost_text = cost_text(run.cost)
-        run.tokens_total = run.tokens_in + run.tokens_out
+        decorate_list_row(run, pools_by_id)
 
     worker_names = sorted({w.name for p in pools for w in p.enabled_workers})
     runnable_pools = pools if request.user.is_superuser else _runnable_pools(request.user)
+    for pool in runnable_pools:
+        pool.simulated_text = simulated_text(pool)
     default_pool = _default_pool(runnable_pools)
     context = {
         "runs": runs,
         "filter_form": form,
         "several_projects": len(project_ids) > 1,
         "status_filter": form.cleaned_data.get("status", ""),
+        "verdict_filter": form.cleaned_data.get("verdict", ""),
+        "graders": selectors.run_choices().graders,
         "page": page,
         "previous_page": page - 1 if page > 1 else None,
         "next_page": page + 1 if has_next else None,
@@ -149,8 +195,43 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         "strategies": selectors.run_choices().strategies,
         "worker_names": worker_names,
         "compare_max_runs": comparing.MAX_RUNS,
+        "list_state": {
+            "cursor": selectors.run_events_cursor(),
+            "first_page": page == 1,
+            "changes_url": reverse("runs-changes"),
+        },
     }
     return render(request, "runs/list.html", context)
+
+
+@login_required
+def runs_list_changes(request: HttpRequest) -> HttpResponse:
+    """``/runs/changes/?after=<event id>&<the list's filters>``: what the open runs list must
+    redraw (``selectors.run_list_changes``), with the rows as the list draws them."""
+    try:
+        after = int(request.GET.get("after", ""))
+    except ValueError:
+        return JsonResponse(
+            {"after": ["Give the event id to follow from (an integer)."]}, status=400
+        )
+    if not 0 <= after <= 2**63 - 1:
+        return JsonResponse({"after": ["Out of range."]}, status=400)
+    pools = list(selectors.pools_for(user=request.user))
+    form = RunFilterForm(request.GET, pools=pools, strategies=selectors.run_choices().strategies)
+    form.is_valid()
+    changes = selectors.run_list_changes(user=request.user, after=after, **form.selector_filters())
+    runs = changes["runs"]
+    pools_by_id = {pool.pk: pool for pool in pools}
+    for run in runs:
+        decorate_list_row(run, pools_by_id)
+    return JsonResponse(
+        {
+            "cursor": changes["cursor"],
+            "changed": changes["changed"],
+            "gone": changes["gone"],
+            "rows": render_to_string("runs/_rows.html", {"runs": runs}, request=request),
+        }
+    )
 
 
 @login_required
@@ -160,8 +241,10 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     run = selectors.run_get(user=request.user, run_id=run_id)
     if run is None:
         raise Http404("No such run.")
+    match = selectors.reference_for_question(question=run.input) if run.reference else None
     context = {
         "run": run,
+        "reference_source": match.source if match and match.reference == run.reference else "",
         "page_state": selectors.run_page_state(run=run),
         "ws_path": f"/ws/runs/{run.pk}/",
         "statuses": wire.page_constants(),

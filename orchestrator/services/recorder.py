@@ -394,7 +394,9 @@ class RunRecorder:
             data = {"step": wire.step_data(row), "totals": dict(self.totals)}
             self._publish([(event_type, data)], last_seq)
 
-    def run_finished(self, result: RunResult, score: float | None, grading_error: str = "") -> None:
+    def run_finished(
+        self, result: RunResult, score: float | None, grading_error: str = "", grader: str = ""
+    ) -> None:
         """Store how the run ended: plans never announced (accepting or unusable ones), the
         answer, score, error (or why the answer was not graded) and the engine's final totals;
         steps it never started end skipped. A run already finished is kept."""
@@ -459,6 +461,7 @@ class RunRecorder:
                         totals=dict(self.totals),
                         finished_at=finished_at,
                         closed_steps=closed,
+                        grader=grader,
                     ),
                 )
             )

@@ -128,6 +128,6 @@ class RecordingObserver:
             except GradingUnavailable as error:
                 grading_error = f"Not graded: {error}"
         try:
-            await self._call(self.recorder.run_finished, result, score, grading_error)
+            await self._call(self.recorder.run_finished, result, score, grading_error, self.grader)
         finally:
             await self.flush()

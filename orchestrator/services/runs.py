@@ -38,7 +38,7 @@ from orchestrator.engine.types import (
 from orchestrator.models import Membership, Plan, Pool, Run, Step, Worker
 from orchestrator.providers.calls import nested_depth
 from orchestrator.records import resume_state_from_rows
-from orchestrator.selectors import user_can_run, user_role
+from orchestrator.selectors import reference_for_question, user_can_run, user_role
 from orchestrator.services.ending import close_open_steps, lock_open_steps, run_end_reason, run_fail
 from orchestrator.services.grading import code_grading_problem
 from orchestrator.services.nesting import CallingStepObserver
@@ -85,7 +85,9 @@ def run_create(
     over ``CONDUCTOR_MAX_TEXT_BYTES``, an option past its bound, a strategy whose steps would not
     fit the pool's ``max_steps`` × ``max_rounds``, and a code grader when code grading is off or
     its sandbox cannot run here. With no ``grader`` but a reference, the grader is chosen from the
-    reference's form (a number: numeric; a letter: choice; else exact).
+    reference's form (a number: numeric; a letter: choice; else exact). With no reference, a
+    question of a known task (``selectors.reference_for_question``) takes the task's reference
+    and grader (a code task's only where code can be graded).
     Publishes ``run.status`` queued. ``enqueue=False`` leaves execution to the caller (the CLI).
     ``extra``: more Run fields, set by other services (``chat_run_create``: depth, called_from).
     """
@@ -118,6 +120,11 @@ def run_create(
             errors["grader"] = [problem]
     if errors:
         raise ValidationError(errors)
+    if not reference:
+        # A question of a known task (the bundled suite) is scored against its reference.
+        match = reference_for_question(question=input)
+        if match is not None and not (match.grader == "code" and code_grading_problem()):
+            reference, grader = match.reference, match.grader
     if reference and not grader:
         grader = default_grader(reference)
 

@@ -1,8 +1,9 @@
-// The runs list: keyboard navigation (j/k move, Enter opens) and the new-run form.
-// A plain ES module; the page works without it except for these two things.
+// The runs list: keyboard navigation (j/k move, Enter opens), the new-run form, and the list
+// kept live (new runs and status changes drawn without a reload). A plain ES module; the page
+// works without it except for these things.
 
 const table = document.getElementById("runs-table");
-const rows = table ? Array.from(table.querySelectorAll("tbody tr[data-href]")) : [];
+let rows = table ? Array.from(table.querySelectorAll("tbody tr[data-href]")) : [];
 let selected = -1;
 
 // The selected row is marked with aria-current; moving the selection also moves focus to the
@@ -59,11 +60,14 @@ document.addEventListener("keydown", (event) => {
   event.preventDefault();
 });
 
-rows.forEach((row, index) => {
-  row.addEventListener("click", (event) => {
-    if (!(event.target instanceof HTMLAnchorElement)) select(index, { focus: false });
+if (table) {
+  table.tBodies[0].addEventListener("click", (event) => {
+    const row = event.target instanceof Element ? event.target.closest("tr[data-href]") : null;
+    if (row && !(event.target instanceof HTMLAnchorElement) && !event.target.closest("details")) {
+      select(rows.indexOf(row), { focus: false });
+    }
   });
-});
+}
 
 // Arriving from the previous or next page by keyboard keeps the keyboard going.
 const arrivedByKeyboard = ["#first", "#last"].includes(window.location.hash);
@@ -81,6 +85,7 @@ if (form) {
   const showSimulated = () => {
     const option = poolSelect.selectedOptions[0];
     simBadge.hidden = !(option && option.dataset.simulated);
+    if (option && option.dataset.simulated) simBadge.textContent = option.dataset.simulated;
   };
   poolSelect.addEventListener("change", showSimulated);
   showSimulated();
@@ -104,6 +109,7 @@ if (form) {
       }
     }
     document.getElementById("new-run-error").textContent = general.join(" ");
+    if (errors.reference || errors.grader) document.getElementById("new-run-grading").open = true;
     const firstInvalid = form.querySelector("[aria-invalid=true]");
     if (firstInvalid) firstInvalid.focus();
   };
@@ -121,6 +127,9 @@ if (form) {
       pool: Number(poolSelect.value),
       strategy: form.elements.strategy.value,
     };
+    const reference = form.elements.reference.value.trim();
+    if (reference) payload.reference = reference;
+    if (form.elements.grader.value) payload.grader = form.elements.grader.value;
     submit.disabled = true;
     try {
       const response = await fetch("/api/runs/", {
@@ -168,3 +177,64 @@ if (compareForm) {
   });
   update();
 }
+
+// The live list: every few seconds (while the tab is visible) ask what changed since the last
+// event seen, with the page's own filters; redraw changed rows in place, add new runs on top
+// (first page only) and drop rows that no longer match the filters.
+const listState = JSON.parse(document.getElementById("list-state")?.textContent || "null");
+const POLL_EVERY_MS = 2000;
+
+function replaceRows(html, changed, gone) {
+  const body = table.tBodies[0];
+  const template = document.createElement("template");
+  template.innerHTML = html; // rendered by the server from runs/_rows.html, text escaped
+  const fresh = new Map([...template.content.querySelectorAll("tr[data-run-id]")].map((row) => [Number(row.dataset.runId), row]));
+  const shownIds = rows.map((row) => Number(row.dataset.runId));
+  const newest = shownIds.length ? Math.max(...shownIds) : 0;
+  const current = selected >= 0 ? rows[selected] : null;
+  let added = 0;
+  // Oldest first, each new one on top: the newest ends first.
+  for (const id of [...changed].reverse()) {
+    const row = fresh.get(id);
+    const existing = body.querySelector(`tr[data-run-id="${id}"]`);
+    if (existing) {
+      if (existing.querySelector("details[open]")) row.querySelector("details")?.setAttribute("open", "");
+      if (existing === current) row.setAttribute("aria-current", "true");
+      if (existing.querySelector("input.compare-pick:checked")) row.querySelector("input.compare-pick")?.setAttribute("checked", "");
+      existing.replaceWith(row);
+    } else if (listState.first_page && id > newest) {
+      body.prepend(row);
+      added += 1;
+    }
+  }
+  for (const id of gone) body.querySelector(`tr[data-run-id="${id}"]`)?.remove();
+  const selectedId = current ? current.dataset.runId : null;
+  rows = Array.from(body.querySelectorAll("tr[data-href]"));
+  selected = selectedId ? rows.findIndex((row) => row.dataset.runId === selectedId) : -1;
+  document.querySelector(".table-wrap .empty")?.toggleAttribute("hidden", rows.length > 0);
+  if (added) {
+    const status = document.getElementById("list-live");
+    if (status) status.textContent = added === 1 ? "1 new run." : `${added} new runs.`;
+  }
+}
+
+async function pollChanges() {
+  if (!document.hidden) {
+    const params = new URLSearchParams(window.location.search);
+    params.delete("page");
+    params.set("after", listState.cursor);
+    try {
+      const response = await fetch(`${listState.changes_url}?${params}`, { credentials: "same-origin", headers: { Accept: "application/json" } });
+      if (response.ok) {
+        const changes = await response.json();
+        if (changes.changed.length || changes.gone.length) replaceRows(changes.rows, changes.changed, changes.gone);
+        listState.cursor = changes.cursor;
+      }
+    } catch {
+      // The server is away for a moment: try again at the next tick.
+    }
+  }
+  setTimeout(pollChanges, POLL_EVERY_MS);
+}
+
+if (table && listState) setTimeout(pollChanges, POLL_EVERY_MS);

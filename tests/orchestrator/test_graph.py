@@ -82,13 +82,13 @@ def test_steps_of_one_layer_do_not_overlap():
     assert all(b - a >= NODE_HEIGHT for a, b in itertools.pairwise(fan))
 
 
-def test_rounds_follow_one_another_without_overlap():
+def test_rounds_follow_one_another_down_the_page_without_overlap():
     plans, steps = make_run([[[], [0], [1]], wide_round(5), [[], []], []])
     graph = build_graph(plans=plans, steps=steps)
     groups = graph["groups"]
     assert [g["round"] for g in groups] == [0, 1, 2, 3]
-    for left, right in itertools.pairwise(groups):
-        assert left["x"] + left["width"] / 2 < right["x"] - right["width"] / 2
+    for above, below in itertools.pairwise(groups):
+        assert above["y"] + above["height"] / 2 < below["y"] - below["height"] / 2
     for node in graph["nodes"]:
         box = next(g for g in groups if g["id"] == node["group"])
         assert abs(node["x"] - box["x"]) + NODE_WIDTH / 2 <= box["width"] / 2
@@ -139,6 +139,32 @@ def test_plan_status_shows_failure_and_acceptance():
         "accepted",
         "failed",
     )
+
+
+def test_plan_nodes_say_what_the_conductor_did():
+    plans, steps = make_run([[[], [0]], []])
+    nodes = by_id(build_graph(plans=plans, steps=steps))
+    assert nodes["p0"]["label"] == "Round 0: conductor\nplans 2 steps"
+    assert nodes["p1"]["label"] == "Round 1: the conductor\naccepts the answer"
+
+
+def test_a_fixed_strategy_has_no_conductor_node():
+    plans, steps = make_run([[[], [0]]])
+    plans[0]["strategy"] = "reflection"
+    graph = build_graph(plans=plans, steps=steps)
+    assert [n["kind"] for n in graph["nodes"]] == ["step", "step"]
+    assert {e["kind"] for e in graph["edges"]} == {"reads"}
+
+
+def test_reads_of_all_earlier_steps_are_their_own_kind_of_edge():
+    plans, steps = make_run([[[], [], [0, 1], [0]]])
+    steps[2]["access"] = "all"
+    kinds = {
+        (e["source"], e["target"]): e["kind"]
+        for e in build_graph(plans=plans, steps=steps)["edges"]
+    }
+    assert kinds[("s100", "s102")] == kinds[("s101", "s102")] == "reads_all"
+    assert kinds[("s100", "s103")] == "reads"
 
 
 def test_reads_of_unknown_steps_are_not_drawn():

@@ -97,7 +97,12 @@ def test_list_shows_runs_newest_first_with_their_columns(client_in, pool, user):
     assert shown_run_ids(response) == [new.pk, old.pk]
     html = response.content.decode()
     assert "Old question" in html and "second line" not in html
-    assert "Four" in html and "because 2 + 2" not in html
+    # The answer itself in the row; the full response one click away (a closed <details>).
+    row = row_html(html, new.pk)
+    assert '<span class="answer-shown">Four</span>' in row
+    assert "because 2 + 2" not in row.split("<summary")[1].split("</summary>")[0]
+    assert '<pre class="response-text">Four\nbecause 2 + 2 = 4</pre>' in row
+    assert "verdict-right" in row
     assert "1,234" in html  # tokens in + out
     assert "$0.01" in html and "2.5 s" in html and "1.00" in html
     assert "ada" in html

@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from orchestrator import selectors
+from orchestrator import selectors, wire
 from orchestrator.models import Run
 from orchestrator.services.runs import run_cancel, run_create
 from webui.api.pagination import MAX_PAGE, PagePagination
@@ -52,7 +52,15 @@ class RunListCreateApi(APIView):
         pool = WholeNumberField(required=False, min_value=1, max_value=MAX_ID)
         strategy = serializers.ChoiceField(choices=CHOICES.strategies, required=False)
         worker = serializers.CharField(
-            required=False, max_length=100, help_text="A worker name used by any step."
+            required=False,
+            max_length=100,
+            help_text="Text in the name or model string of a worker used by any step "
+            "(case-insensitive).",
+        )
+        verdict = serializers.ChoiceField(
+            choices=wire.VERDICTS,
+            required=False,
+            help_text="right, wrong, unscored, failed, cancelled or pending.",
         )
         created_after = serializers.DateTimeField(required=False)
         created_before = serializers.DateTimeField(required=False)
@@ -202,3 +210,32 @@ class RunCancelApi(APIView):
         data = RunSummaryOutputSerializer(run, context={"request": request}).data
         code = status.HTTP_200_OK if run.is_finished else status.HTTP_202_ACCEPTED
         return Response(data, status=code)
+
+
+class RunListChangesApi(APIView):
+    """What changed in the runs list since an event id: runs created or whose status changed
+    (those matching the filters, newest first, and the ids of those that no longer match), and
+    the cursor to ask from next. A client polls it to keep a list live; start from ``after=0``
+    or the ``cursor`` of a first call with a large ``after``."""
+
+    class QuerySerializer(RunListCreateApi.FilterSerializer):
+        after = WholeNumberField(
+            min_value=0, max_value=2**63 - 1, help_text="The cursor of the previous call."
+        )
+
+    class OutputSerializer(serializers.Serializer):
+        cursor = serializers.IntegerField()
+        changed = serializers.ListField(child=serializers.IntegerField())
+        gone = serializers.ListField(child=serializers.IntegerField())
+        runs = RunSummaryOutputSerializer(many=True)
+
+    @extend_schema(
+        operation_id="runs_changes", parameters=[QuerySerializer], responses=OutputSerializer
+    )
+    def get(self, request: Request) -> Response:
+        query = self.QuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        filters = dict(query.validated_data)
+        after = filters.pop("after")
+        changes = selectors.run_list_changes(user=request.user, after=after, **filters)
+        return Response(self.OutputSerializer(changes, context={"request": request}).data)

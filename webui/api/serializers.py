@@ -126,7 +126,13 @@ class RunSummaryOutputSerializer(RunPageUrlMixin):
     pool = PoolRefOutputSerializer()
     input = serializers.CharField()
     answer = serializers.CharField()
+    answer_shown = serializers.SerializerMethodField(
+        help_text="The answer itself: what the grader reads of the final answer, one line."
+    )
     score = serializers.FloatField(allow_null=True)
+    verdict = serializers.SerializerMethodField(
+        help_text="right, wrong, unscored, failed, cancelled or pending (not finished)."
+    )
     error = serializers.CharField()
     totals = TotalsOutputSerializer(source="*")
     created_by = serializers.SerializerMethodField()
@@ -134,6 +140,14 @@ class RunSummaryOutputSerializer(RunPageUrlMixin):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     last_seq = serializers.IntegerField(help_text="The seq of the run's latest live event.")
+
+    @extend_schema_field(serializers.CharField())
+    def get_answer_shown(self, run) -> str:
+        return wire.answer_shown(run.answer, run.grader)
+
+    @extend_schema_field(serializers.ChoiceField(choices=wire.VERDICTS))
+    def get_verdict(self, run) -> str:
+        return wire.verdict(run.status, run.score)
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_created_by(self, run) -> str | None:

@@ -58,7 +58,13 @@ from webui.api.review import (
     RunReviewApi,
     RunScoreApi,
 )
-from webui.api.runs import RunCancelApi, RunDetailApi, RunGraphApi, RunListCreateApi
+from webui.api.runs import (
+    RunCancelApi,
+    RunDetailApi,
+    RunGraphApi,
+    RunListChangesApi,
+    RunListCreateApi,
+)
 from webui.api.steps import StepDetailApi
 
 
@@ -71,6 +77,7 @@ def api_not_found(request: HttpRequest) -> JsonResponse:
 
 urlpatterns = [
     path("runs/", RunListCreateApi.as_view(), name="api-run-list"),
+    path("runs/changes/", RunListChangesApi.as_view(), name="api-run-changes"),
     path("runs/<id:run_id>/", RunDetailApi.as_view(), name="api-run-detail"),
     path("runs/<id:run_id>/graph/", RunGraphApi.as_view(), name="api-run-graph"),
     path("runs/<id:run_id>/cancel/", RunCancelApi.as_view(), name="api-run-cancel"),

@@ -26,7 +26,7 @@ export function formatScore(value) {
 
 // Must give what orchestrator.graph.short_instruction gives (LABEL_CHARS there): nodes drawn
 // before the server's graph arrives carry the same label as after.
-export function shortInstruction(text, limit = 32) {
+export function shortInstruction(text, limit = 58) {
   const line = (text || "").split("\n", 1)[0].split(/\s+/).filter(Boolean).join(" ");
   return line.length <= limit ? line : line.slice(0, limit - 1).trimEnd() + "…";
 }
@@ -39,13 +39,35 @@ export function stepTokens(step) {
   return (step.tokens_in || 0) + (step.tokens_out || 0);
 }
 
-// The label of a step on the graph: worker, the short instruction, then tokens and time.
+// The label of a step on the graph: its number and worker, the short instruction (wrapped by
+// the graph), then tokens and time.
 export function stepGraphLabel(step) {
+  return `${stepNumber(step)} · ${shortInstruction(step.worker, 28)}\n${shortInstruction(step.instruction)}\n${stepFacts(step)}`;
+}
+
+// The label of a step when the graph is zoomed out: its number, worker and facts, larger.
+export function stepCompactLabel(step) {
+  return `${stepNumber(step)} · ${shortInstruction(step.worker, 16)}\n${stepFacts(step)}`;
+}
+
+export function stepNumber(step) {
+  return `${step.round}.${step.index}`;
+}
+
+function stepFacts(step) {
   const facts = [];
   if (stepTokens(step)) facts.push(`${formatCount(stepTokens(step))} tok`);
   if (step.latency != null) facts.push(formatSeconds(step.latency));
-  const last = facts.length ? facts.join(" · ") : step.status;
-  return `${shortInstruction(step.worker, 30)}\n${shortInstruction(step.instruction)}\n${last}`;
+  if (step.attempts > 1) facts.push(`${step.attempts} tries`);
+  return facts.length ? facts.join(" · ") : step.status;
+}
+
+// What a plan node says (orchestrator.graph.plan_label gives the same): the conductor's call of
+// a round and what came of it.
+export function planLabel(round, status, stepCount) {
+  if (status === "accepted") return `Round ${round}: the conductor\naccepts the answer`;
+  if (status === "failed") return `Round ${round}: the conductor\nwrote no usable plan`;
+  return `Round ${round}: conductor\nplans ${stepCount === 1 ? "1 step" : `${stepCount} steps`}`;
 }
 
 // Build an element: element("a", {href: "#x", class: "y"}, "text", child). Text is always text.
@@ -71,4 +93,10 @@ export function statusBadge(status) {
 export function setStatusBadge(badge, status) {
   badge.className = `status status-${status}`;
   badge.textContent = status;
+}
+
+// A run's verdict (orchestrator.wire.VERDICTS): right, wrong, unscored, failed, cancelled, pending.
+export function setVerdictBadge(badge, verdict) {
+  badge.className = `verdict verdict-${verdict}`;
+  badge.textContent = verdict;
 }

@@ -5,14 +5,23 @@
 // page), and the rounds after it move along if it grew. The layout is never fetched again.
 
 import cytoscape from "../../vendor/cytoscape.esm.js";
-import { formatCount, stepGraphLabel } from "./format.js";
-import { STEP_STATUSES } from "./statuses.js";
+import { formatCount, planLabel, shortInstruction, stepCompactLabel, stepGraphLabel } from "./format.js";
+
+// The marks beside a verdict's word (the page's CSS draws the same ones).
+const VERDICT_MARKS = { right: "✓", wrong: "✗", unscored: "–", failed: "!", cancelled: "⊘", pending: "…" };
+import { STEP_STATUSES, VERDICTS } from "./statuses.js";
 
 // Runs with more steps than this are drawn the cheap way (see graphStyle), whether or not the
 // server folds their rounds: an opened round can hold thousands of steps.
 const LARGE_GRAPH = 300;
 const LABEL_ZOOM = 0.6;
 const EDGE_ZOOM = 0.3;
+// Below this zoom a step's instruction cannot be read: nodes show their number, worker and
+// facts in a larger type instead (a detail level that follows the zoom).
+const COMPACT_ZOOM = 0.72;
+// The canvas's height follows the graph's shape, within these bounds (pixels).
+const MIN_CANVAS_HEIGHT = 240;
+const MAX_CANVAS_SHARE = 0.72; // of the window's height
 
 function cssColour(style, name, fallback) {
   return style.getPropertyValue(name).trim() || fallback;
@@ -23,6 +32,7 @@ function palette() {
   const colour = (name, fallback) => cssColour(style, name, fallback);
   return {
     ink: colour("--ink", "#1b1f24"),
+    readsAll: colour("--edge-reads-all", "#0f6b66"),
     inkSoft: colour("--ink-soft", "#4a5360"),
     ground: colour("--ground", "#ffffff"),
     groundSoft: colour("--ground-soft", "#f5f7f9"),
@@ -39,6 +49,7 @@ function palette() {
     planning: colour("--status-planning", "#7a4fbf"),
     planningSoft: colour("--status-planning-soft", "#f1ebfa"),
     font: cssColour(style, "--font", "system-ui, sans-serif"),
+    verdicts: Object.fromEntries(VERDICTS.map((verdict) => [verdict, colour(`--verdict-${verdict}`, "#58616c")])),
   };
 }
 
@@ -47,7 +58,9 @@ function palette() {
 // nodes in view once zoomed in (GraphView.showDetailInView). Drawing thousands of wrapped labels,
 // rounded corners and edges is what makes a big graph slow, and at a zoom that shows the whole
 // graph none of it is readable.
-function graphStyle(c, { large }) {
+function graphStyle(c, { large, geometry }) {
+  const nodeWidth = geometry.node_width || 230;
+  const nodeHeight = geometry.node_height || 98;
   // Large graphs fill overview nodes with the strong status colour and no border (cheaper, and
   // visible when tiny); nodes labelled at a readable zoom get the light fill and border.
   const statusStyle = (status, border, ground) => ({
@@ -62,7 +75,10 @@ function graphStyle(c, { large }) {
     {
       selector: "node",
       style: {
-        "z-index": 1,
+        // Round boxes (0) under edges (1) under steps and plans (2): a box's tint would
+        // otherwise wash out the edges inside it.
+        "z-index-compare": "manual",
+        "z-index": 2,
         "font-family": c.font,
         color: c.ink,
         "text-wrap": "wrap",
@@ -75,13 +91,13 @@ function graphStyle(c, { large }) {
       selector: "node.step, node.plan",
       style: {
         shape: large ? "rectangle" : "round-rectangle",
-        width: 180,
-        height: 50,
+        width: nodeWidth,
+        height: nodeHeight,
         "border-width": large ? 0 : 2,
         label: large ? "" : "data(label)",
-        "font-size": 9,
-        "line-height": 1.3,
-        "text-max-width": 174,
+        "font-size": 13,
+        "line-height": 1.25,
+        "text-max-width": nodeWidth - 16,
         "background-color": c.pendingSoft,
         "border-color": c.pending,
       },
@@ -95,6 +111,8 @@ function graphStyle(c, { large }) {
       selector: "node.plan",
       style: { shape: "cut-rectangle", "border-style": "double", "border-width": 4, "font-weight": "bold" },
     },
+    // A round where the conductor accepted the answer: no workflow, a different shape.
+    { selector: 'node.plan[status = "accepted"]', style: { shape: "round-tag", "border-style": "solid", "border-width": 3 } },
     { selector: 'node.plan[status = "accepted"]', style: { "border-color": c.planning, "background-color": c.planningSoft } },
     { selector: 'node.plan[status = "succeeded"]', style: { "border-color": c.planning, "background-color": c.planningSoft } },
     {
@@ -135,21 +153,36 @@ function graphStyle(c, { large }) {
     {
       selector: "edge",
       style: large
-        ? { width: 1, "curve-style": "haystack", "haystack-radius": 0, "line-color": c.lineStrong }
+        ? { "z-index-compare": "manual", "z-index": 1, width: 1, "curve-style": "haystack", "haystack-radius": 0, "line-color": c.lineStrong }
         : {
-            width: 1.2,
-            "curve-style": "straight",
-            "line-color": c.lineStrong,
+            "z-index-compare": "manual",
+            "z-index": 1,
+            width: 2,
+            "curve-style": "bezier",
+            "line-color": c.inkSoft,
             "target-arrow-shape": "triangle",
-            "target-arrow-color": c.lineStrong,
-            "arrow-scale": 0.8,
+            "target-arrow-color": c.inkSoft,
+            "arrow-scale": 1.1,
           },
+    },
+    // A step whose access list is "all" reads every earlier step: its edges are teal and dashed
+    // finely, apart from an explicit list's.
+    {
+      selector: 'edge[kind = "reads_all"]',
+      style: { "line-color": c.readsAll, "target-arrow-color": c.readsAll, "line-style": "dashed", "line-dash-pattern": [4, 3], width: 2.5 },
     },
     { selector: "node.labelled", style: { label: "data(label)" } },
     { selector: "node.step.labelled", style: { "border-width": 2 } },
     ...Object.entries(c.steps).map(([status, { soft }]) => labelledStatusStyle(status, soft)),
-    { selector: 'edge[kind = "plan"]', style: { "line-style": "dashed", "line-color": c.planning, "target-arrow-color": c.planning } },
-    { selector: 'edge[kind = "next"]', style: { "line-style": "dotted", width: 2 } },
+    { selector: 'edge[kind = "plan"]', style: { "line-style": "dashed", "line-dash-pattern": [9, 5], width: 2.5, "line-color": c.planning, "target-arrow-color": c.planning } },
+    { selector: 'edge[kind = "next"]', style: { "line-style": "dotted", width: 3, "line-color": c.inkSoft, "target-arrow-color": c.inkSoft } },
+    { selector: "node.step.compact", style: { label: "data(compact)", "font-size": 22, "font-weight": "bold", "text-max-width": nodeWidth - 10 } },
+    { selector: "node.plan.compact", style: { "font-size": 20 } },
+    // The step whose response is the run's answer: ringed in its verdict's colour.
+    ...Object.entries(c.verdicts).map(([verdict, colour]) => ({
+      selector: `node.step.final[verdict = "${verdict}"]`,
+      style: { "outline-width": 5, "outline-color": colour, "outline-offset": 3, "outline-opacity": 1 },
+    })),
     { selector: "node.step[?reused]", style: { "border-style": "dotted", "border-width": 3, "background-opacity": 0.45, "font-style": "italic" } },
     { selector: "node.current", style: { "border-color": c.focus, "border-width": 5, "border-style": "solid" } },
   ];
@@ -179,6 +212,7 @@ export class GraphView {
     this.extraStyle = extraStyle;
     this.stepClasses = stepClasses;
     this.cy = null;
+    this.compact = false;
     this.collapsed = false;
     this.groups = new Map(); // round -> group box from the server
     this.expanded = new Set(); // rounds opened on demand while the graph is collapsed
@@ -208,9 +242,12 @@ export class GraphView {
       container: this.container,
       elements,
       layout: { name: "preset", fit: false },
-      style: [...graphStyle(palette(), { large }), ...this.extraStyle],
+      style: [...graphStyle(palette(), { large, geometry: this.geometry }), ...this.extraStyle],
       minZoom: 0.0005,
       maxZoom: 4,
+      // The wheel scrolls the page; it zooms only with a modifier key or when the graph has
+      // focus (see zoomOnWheel).
+      userZoomingEnabled: false,
       autoungrabify: true, // positions are the server's layered layout
       boxSelectionEnabled: false,
       selectionType: "single",
@@ -236,6 +273,15 @@ export class GraphView {
     cy.on("dragpan scrollzoom pinchzoom", () => {
       this.userMoved = true;
     });
+    this.container.addEventListener("wheel", (event) => this.zoomOnWheel(event), { passive: false });
+    if (!large) {
+      let compactTimer = null;
+      cy.on("zoom", () => {
+        clearTimeout(compactTimer);
+        compactTimer = setTimeout(() => this.followZoom(), 60);
+      });
+      this.followZoom();
+    }
     if (large) {
       let timer = null;
       cy.on("viewport", () => {
@@ -285,6 +331,28 @@ export class GraphView {
     });
   }
 
+  // The wheel zooms the graph only when asked to (Ctrl, Alt or Meta held, or the graph focused);
+  // otherwise it scrolls the page, as everywhere else on it.
+  zoomOnWheel(event) {
+    const focused = document.activeElement === this.container;
+    if (!(event.ctrlKey || event.metaKey || event.altKey || focused)) return;
+    event.preventDefault();
+    this.userMoved = true;
+    const box = this.container.getBoundingClientRect();
+    const factor = Math.exp(-event.deltaY * (event.deltaMode === 1 ? 0.05 : 0.002));
+    this.cy.zoom({ level: this.cy.zoom() * factor, renderedPosition: { x: event.clientX - box.left, y: event.clientY - box.top } });
+  }
+
+  // The detail level follows the zoom: compact labels where the full ones could not be read.
+  followZoom() {
+    if (!this.cy || this.large) return;
+    const compact = this.cy.zoom() < COMPACT_ZOOM;
+    if (compact === this.compact) return;
+    this.compact = compact;
+    this.cy.batch(() => this.cy.nodes(".step, .plan").toggleClass("compact", compact));
+    this.container.dataset.detail = compact ? "compact" : "full";
+  }
+
   // Fit the whole graph from the server's group boxes: cheaper than measuring every element.
   fitToGroups() {
     const boxes = [...this.groups.values()];
@@ -311,6 +379,7 @@ export class GraphView {
     });
     const padding = 30;
     const width = this.cy.width();
+    this.fitCanvasHeight(width, x2 - x1, y2 - y1 + 40, padding);
     const height = this.cy.height();
     // A small graph is shown at a reading size rather than blown up to fill the view.
     const zoom = Math.min(1.1, (width - 2 * padding) / (x2 - x1), (height - 2 * padding) / (y2 - y1 + 40));
@@ -318,6 +387,17 @@ export class GraphView {
       zoom,
       pan: { x: (width - zoom * (x1 + x2)) / 2, y: (height - zoom * (y1 + y2)) / 2 },
     });
+  }
+
+  // The canvas takes the height the graph needs at the width it has (no tall empty canvas for a
+  // short run, more room for a run of many rounds), within bounds; a full-screen graph keeps all.
+  fitCanvasHeight(width, graphWidth, graphHeight, padding) {
+    if (this.container.closest(":fullscreen") || this.container.dataset.fixedHeight) return;
+    const zoom = Math.min(1.1, (width - 2 * padding) / Math.max(graphWidth, 1));
+    const wanted = Math.max(MIN_CANVAS_HEIGHT, Math.min(window.innerHeight * MAX_CANVAS_SHARE, zoom * graphHeight + 2 * padding));
+    if (Math.abs(wanted - this.container.clientHeight) < 4) return;
+    this.container.style.height = `${Math.round(wanted)}px`;
+    this.cy.resize();
   }
 
   // Draw the server's graph (or, with ``round``, a folded round opened on demand); nodes keep the
@@ -388,12 +468,13 @@ export class GraphView {
     const plan = this.store.plans.get(node.round);
     const attempts = plan ? plan.attempts : node.attempts;
     const status = plan ? planStatus(plan) : node.status;
-    const retries = attempts > 1 ? `\n${attempts} attempts` : "";
+    const retries = attempts > 1 ? ` · ${attempts} attempts` : "";
+    const label = plan ? planLabel(node.round, status, plan.step_count) : node.label;
     return {
       group: "nodes",
-      data: { id: node.id, kind: "plan", round: node.round, status, label: `${node.label}${retries}` },
+      data: { id: node.id, kind: "plan", round: node.round, status, label: `${label}${retries}` },
       position: { x: node.x, y: node.y },
-      classes: "plan",
+      classes: this.compact ? "plan compact" : "plan",
     };
   }
 
@@ -407,12 +488,59 @@ export class GraphView {
         step: node.step,
         round: node.round,
         status: step ? step.status : node.status,
-        label: step ? stepGraphLabel(step) : `${node.worker}\n${node.label}\n${node.status}`,
+        label: step ? this.stepLabel(step) : `${node.round}.${node.index} · ${node.worker}\n${node.label}\n${node.status}`,
+        compact: step ? stepCompactLabel(step) : `${node.round}.${node.index} · ${node.worker}`,
+        verdict: step && step.id === this.finalStepId() ? this.store.run.verdict : "",
         reused: Boolean(step && step.reused_from), // a replay's step taken from its source
       },
       position: { x: node.x, y: node.y },
-      classes: [node.step === this.currentStep ? "step current" : "step", this.stepClasses(node.step)].join(" ").trim(),
+      classes: [
+        "step",
+        node.step === this.currentStep ? "current" : "",
+        this.compact ? "compact" : "",
+        step && step.id === this.finalStepId() ? "final" : "",
+        this.stepClasses(node.step),
+      ].join(" ").trim(),
     };
+  }
+
+  // The step whose response is the run's answer (the last step of the last round), once the
+  // run has finished with one; null otherwise.
+  finalStepId() {
+    if (!this.store.finished || !this.store.run.answer) return null;
+    const last = this.store.order.at(-1);
+    return last ? last.id : null;
+  }
+
+  stepLabel(step) {
+    const label = stepGraphLabel(step);
+    if (step.id !== this.finalStepId()) return label;
+    const run = this.store.run;
+    return `${label}\n${VERDICT_MARKS[run.verdict] || ""} ${run.verdict}: ${shortInstruction(run.answer_shown || "", 28)}`;
+  }
+
+  // Ring the final step in the run's verdict colour and say the verdict on it.
+  markFinal() {
+    if (!this.cy) return;
+    const finalId = this.finalStepId();
+    this.cy.batch(() => {
+      this.cy.nodes(".final").forEach((node) => {
+        node.removeClass("final");
+        node.data({ verdict: "", label: this.stepLabel(this.store.steps.get(node.data("step"))) });
+      });
+      if (finalId == null) return;
+      const node = this.cy.getElementById(`s${finalId}`);
+      if (node.empty()) return;
+      node.addClass("final");
+      node.data({ verdict: this.store.run.verdict, label: this.stepLabel(this.store.steps.get(finalId)) });
+    });
+  }
+
+  // The verdict drawn on the final step, or null (for tests that read the graph as a user would).
+  finalVerdict() {
+    if (!this.cy) return null;
+    const node = this.cy.nodes("node.step.final");
+    return node.nonempty() ? node.data("verdict") : null;
   }
 
   // Apply one frame's changes from the store.
@@ -423,12 +551,13 @@ export class GraphView {
       for (const id of changes.changedSteps) {
         const step = this.store.steps.get(id);
         const node = cy.getElementById(`s${id}`);
-        if (node.nonempty()) node.data({ status: step.status, label: stepGraphLabel(step), reused: Boolean(step.reused_from) });
+        if (node.nonempty()) node.data({ status: step.status, label: this.stepLabel(step), compact: stepCompactLabel(step), reused: Boolean(step.reused_from) });
       }
+      if (changes.run) this.markFinal();
       for (const round of changes.plans) {
         const plan = this.store.plans.get(round);
         const node = cy.getElementById(`p${round}`);
-        if (node.nonempty() && plan) node.data("status", planStatus(plan));
+        if (node.nonempty() && plan) node.data({ status: planStatus(plan), label: this.planElement({ id: `p${round}`, round }).data.label });
       }
       if (this.collapsed) {
         for (const round of changes.rounds) {
@@ -461,8 +590,9 @@ export class GraphView {
     const plan = this.store.plans.get(round);
     const before = [...this.groups.keys()].filter((r) => r < round);
     const previous = before.length ? this.groups.get(Math.max(...before)) : null;
-    const left = previous ? previous.x + previous.width / 2 + this.geometry.round_gap : 0;
-    const { positions, planPosition, box, firstLayer } = this.roundLayout(steps, { left, hasPlan: !!plan });
+    const top = previous ? previous.y + previous.height / 2 + this.geometry.round_gap : 0;
+    const drawnPlan = plan && plan.strategy === "conductor" ? plan : null;
+    const { positions, planPosition, box, firstLayer } = this.roundLayout(steps, { top, hasPlan: !!drawnPlan });
     const old = this.groups.get(round);
     const group = {
       ...(old || { collapsed: this.collapsed, statuses: {} }),
@@ -485,7 +615,7 @@ export class GraphView {
     // The round's nodes and edges, when it is drawn open.
     if (!this.collapsed || this.expanded.has(round)) {
       const elements = [];
-      if (plan) elements.push(this.planElement({ id: `p${round}`, round, label: `Plan, round ${round}`, attempts: plan.attempts, x: planPosition.x, y: planPosition.y }));
+      if (drawnPlan) elements.push(this.planElement({ id: `p${round}`, round, attempts: drawnPlan.attempts, x: planPosition.x, y: planPosition.y }));
       for (const step of steps) {
         const { x, y } = positions.get(step.id);
         elements.push(this.stepElement({ id: `s${step.id}`, step: step.id, round, x, y }));
@@ -495,15 +625,15 @@ export class GraphView {
         if (node.empty()) cy.add(element);
         else node.position(element.position);
       }
-      this.setRoundEdges(round, this.roundEdges(round, steps, plan, firstLayer));
+      this.setRoundEdges(round, this.roundEdges(round, steps, drawnPlan, firstLayer));
     }
-    // The rounds after this one move by as much as its right edge did.
-    const shift = old ? box.x + box.width / 2 - (old.x + old.width / 2) : 0;
+    // The rounds after this one move by as much as its bottom edge did.
+    const shift = old ? box.y + box.height / 2 - (old.y + old.height / 2) : 0;
     if (shift) {
       for (const [later, laterGroup] of this.groups) {
         if (later <= round) continue;
-        laterGroup.x += shift;
-        cy.elements("node").filter((node) => node.data("round") === later).shift({ x: shift, y: 0 });
+        laterGroup.y += shift;
+        cy.elements("node").filter((node) => node.data("round") === later).shift({ x: 0, y: shift });
       }
     }
   }
@@ -511,7 +641,7 @@ export class GraphView {
   // One round's layout on the server's grid (orchestrator/graph.py): Cytoscape's breadthfirst
   // layout (directed, maximal: every step one layer right of the last step it reads) gives each
   // step its layer; layers are columns left to right, a layer's steps rows by index centred on 0.
-  roundLayout(steps, { left, hasPlan }) {
+  roundLayout(steps, { top, hasPlan }) {
     const g = this.geometry;
     const positions = new Map();
     const layers = this.stepLayers(steps);
@@ -520,21 +650,23 @@ export class GraphView {
       const layer = layers.get(step.id);
       (byLayer[layer] ||= []).push(step.id);
     }
+    const left = 0;
     const firstColumn = left + g.group_padding + g.node_width / 2;
+    const tallest = Math.max(1, ...byLayer.map((ids) => ids.length));
+    const halfHeight = ((tallest - 1) / 2) * g.row_height + g.node_height / 2 + g.group_padding;
+    const middle = top + halfHeight;
     const stepsStart = firstColumn + (hasPlan ? g.column_width : 0);
     byLayer.forEach((ids, layer) => {
       ids.forEach((id, row) => {
-        positions.set(id, { x: stepsStart + layer * g.column_width, y: (row - (ids.length - 1) / 2) * g.row_height });
+        positions.set(id, { x: stepsStart + layer * g.column_width, y: middle + (row - (ids.length - 1) / 2) * g.row_height });
       });
     });
-    const tallest = Math.max(1, ...byLayer.map((ids) => ids.length));
     const lastColumn = steps.length ? stepsStart + (byLayer.length - 1) * g.column_width : firstColumn;
-    const halfHeight = ((tallest - 1) / 2) * g.row_height + g.node_height / 2 + g.group_padding;
     const right = lastColumn + g.node_width / 2 + g.group_padding;
     return {
       positions,
-      planPosition: { x: firstColumn, y: 0 },
-      box: { x: (left + right) / 2, y: 0, width: right - left, height: 2 * halfHeight },
+      planPosition: { x: firstColumn, y: middle },
+      box: { x: (left + right) / 2, y: middle, width: right - left, height: 2 * halfHeight },
       firstLayer: new Set(byLayer[0] || []),
     };
   }
@@ -580,8 +712,9 @@ export class GraphView {
     const edges = [];
     const edge = (source, target, kind) => ({ id: `${source}-${target}`, source, target, kind });
     for (const step of steps) {
+      const kind = step.access === "all" ? "reads_all" : "reads";
       for (const read of new Set(step.reads || [])) {
-        if (this.store.steps.has(read)) edges.push(edge(`s${read}`, `s${step.id}`, "reads"));
+        if (this.store.steps.has(read)) edges.push(edge(`s${read}`, `s${step.id}`, kind));
       }
       if (plan && firstLayer.has(step.id)) edges.push(edge(`p${round}`, `s${step.id}`, "plan"));
     }

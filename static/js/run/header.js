@@ -1,7 +1,7 @@
 // The run's header: status, final answer, score, error, totals and the live indicator.
 
 import { renderMarkdown } from "./markdown.js";
-import { formatCost, formatCount, formatScore, formatSeconds, setStatusBadge } from "./format.js";
+import { formatCost, formatCount, formatScore, formatSeconds, setStatusBadge, setVerdictBadge } from "./format.js";
 
 const LIVE_TEXT = {
   connecting: "Connecting…",
@@ -17,6 +17,9 @@ export class RunHeader {
     this.find = (id) => root.querySelector(`#${id}`);
     this.status = this.find("run-status");
     this.answer = this.find("run-answer");
+    this.verdict = this.find("run-verdict");
+    this.response = this.find("run-response");
+    this.responseBody = this.find("run-response-body");
     this.score = this.find("run-score");
     this.error = this.find("run-error");
     this.indicator = this.find("live-indicator");
@@ -27,15 +30,19 @@ export class RunHeader {
   render() {
     const run = this.store.run;
     setStatusBadge(this.status, run.status);
+    setVerdictBadge(this.verdict, run.verdict);
     // Keyed on the status too: a run that fails keeps its empty answer but must stop saying "Not yet.".
     const answerKey = `${run.status}\n${run.answer}`;
     if (answerKey !== this.renderedAnswer) {
-      // The final answer is a model's output: safe Markdown like every response.
       this.renderedAnswer = answerKey;
-      this.answer.classList.remove("plain-text");
+      // The answer itself as the grader reads it; the full response (a model's output: safe
+      // Markdown like every response) one click away.
       this.answer.classList.toggle("run-answer-missing", !run.answer);
-      if (run.answer) renderMarkdown(this.answer, run.answer);
-      else this.answer.textContent = missingAnswer(run.status, this.store.finished);
+      this.answer.textContent = run.answer ? run.answer_shown || run.answer : missingAnswer(run.status, this.store.finished);
+      this.response.hidden = !run.answer;
+      this.responseBody.classList.remove("plain-text");
+      if (run.answer) renderMarkdown(this.responseBody, run.answer);
+      else this.responseBody.replaceChildren();
     }
     this.score.textContent = formatScore(run.score);
     this.error.hidden = !run.error;

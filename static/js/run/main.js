@@ -90,6 +90,7 @@ const timeline = new Timeline({
   canvas: document.getElementById("run-timeline"),
   store,
   onOpenStep: openStep,
+  onOpenPlan: openPlan,
 });
 
 function openStep(id) {
@@ -120,7 +121,8 @@ function renderRoundPlans() {
     .sort((a, b) => a.round - b.round)
     .map((plan) => {
       const trouble = plan.error ? " (failed)" : plan.attempts > 1 ? ` (${plan.attempts} attempts)` : "";
-      const button = element("button", { type: "button", class: plan.error ? "plan-button plan-failed" : "plan-button" }, `Plan, round ${plan.round}${trouble}`);
+      const name = plan.strategy === "conductor" ? `Conductor plan, round ${plan.round}` : `Workflow (${plan.strategy})`;
+      const button = element("button", { type: "button", class: plan.error ? "plan-button plan-failed" : "plan-button" }, `${name}${trouble}`);
       button.addEventListener("click", () => openPlan(plan.round));
       return button;
     });
@@ -185,6 +187,18 @@ performance.mark("run-page:list-drawn");
 document.getElementById("graph-fit").addEventListener("click", () => graph.fit());
 document.getElementById("graph-zoom-in").addEventListener("click", () => graph.zoomBy(1.25));
 document.getElementById("graph-zoom-out").addEventListener("click", () => graph.zoomBy(0.8));
+// The graph alone on the screen (a phone's way to read it); Escape or the button again leaves.
+const graphSection = document.querySelector(".run-graph-section");
+const fullscreenButton = document.getElementById("graph-fullscreen");
+fullscreenButton.hidden = !document.fullscreenEnabled;
+fullscreenButton.addEventListener("click", () => {
+  if (document.fullscreenElement) document.exitFullscreen();
+  else graphSection.requestFullscreen().catch(() => {});
+});
+document.addEventListener("fullscreenchange", () => {
+  fullscreenButton.textContent = document.fullscreenElement ? "Leave full screen" : "Full screen";
+  requestAnimationFrame(() => graph.fit());
+});
 window.addEventListener("hashchange", openFromHash);
 graph.load(pageState.graph);
 review.attachGraph(graph);

@@ -87,8 +87,8 @@ export class DetailsPanel {
       ...fact("Cost", formatCost(step.cost)),
       ...fact("Latency", formatSeconds(step.latency)),
       ...fact("Attempts", formatCount(step.attempts)),
-      ...fact("Started", step.started_at ? new Date(step.started_at).toLocaleTimeString() : "—"),
-      ...fact("Finished", step.finished_at ? new Date(step.finished_at).toLocaleTimeString() : "—"),
+      ...fact("Started", step.started_at ? new Date(step.started_at).toLocaleString() : "—"),
+      ...fact("Finished", step.finished_at ? new Date(step.finished_at).toLocaleString() : "—"),
       ...(step.reused_from ? fact("Reused from", `step ${step.reused_from} of another run: not called again, not counted again`) : []),
       ...nestedRunsFact(step.nested_runs),
     );
@@ -106,7 +106,7 @@ export class DetailsPanel {
   }
 
   accessList(step) {
-    const given = step.access === "all" ? "all earlier steps" : Array.isArray(step.access) && step.access.length ? `steps ${step.access.join(", ")} of this round` : "no earlier step";
+    const given = step.access === "all" ? "all earlier steps" : Array.isArray(step.access) && step.access.length ? step.access.map((index) => `Step ${step.round}.${index}`).join(", ") : "no earlier step";
     const reads = step.reads || [];
     const links = reads.map((id) => {
       const read = this.store.steps.get(id);
@@ -140,7 +140,7 @@ export class DetailsPanel {
     this.showing = { kind: "plan", round };
     if (!refresh) {
       this.open();
-      this.title.textContent = `Plan, round ${round}`;
+      this.title.textContent = `Conductor plan, round ${round}`;
       this.body.replaceChildren(element("p", { class: "hint" }, "Loading…"));
     }
     const request = ++this.request;
@@ -160,6 +160,7 @@ export class DetailsPanel {
   }
 
   renderPlan(plan) {
+    this.title.textContent = plan.strategy === "conductor" ? `Conductor plan, round ${plan.round}` : `Workflow (${plan.strategy}), round ${plan.round}`;
     const attempts = Array.isArray(plan.attempts) ? plan.attempts : [];
     const status = planStatus({ ...plan, accepts: Array.isArray(plan.workflow) && plan.workflow.length === 0 });
     const outcome = {
@@ -178,18 +179,26 @@ export class DetailsPanel {
     ];
     if (plan.error) sections.push(section("Error", element("pre", { class: "error-text" }, plan.error)));
     if (plan.workflow && plan.workflow.length) {
-      const rows = plan.workflow.map((spec) =>
-        element(
+      // The names the graph and the step list use: "Step r.i" and the worker's name.
+      const steps = new Map(this.store.roundSteps(plan.round).map((step) => [step.index, step]));
+      const rows = plan.workflow.map((spec, index) => {
+        const step = steps.get(index);
+        const worker = step ? step.worker : typeof spec.worker === "number" ? `worker ${spec.worker} of the pool` : String(spec.worker);
+        const name = `Step ${plan.round}.${index}`;
+        const title = step ? element("a", { href: `#step-${step.id}` }, name) : name;
+        return element(
           "li",
           {},
-          element("span", { class: "step-item-worker" }, typeof spec.worker === "number" ? `Model ${spec.worker}` : String(spec.worker)),
+          title,
+          " · ",
+          element("span", { class: "step-item-worker" }, worker),
           " ",
           element("span", {}, spec.instruction),
           " ",
-          element("span", { class: "hint" }, `(reads ${JSON.stringify(spec.access ?? [])})`),
-        ),
-      );
-      sections.push(section("Workflow", element("ol", { class: "plan-workflow", start: "0" }, ...rows)));
+          element("span", { class: "hint" }, `(${accessText(spec.access, plan.round)})`),
+        );
+      });
+      sections.push(section("Workflow", element("ul", { class: "plan-workflow" }, ...rows)));
     }
     const attemptItems = attempts.map((attempt, index) => {
       const details = element(
@@ -243,6 +252,13 @@ function nestedRunsFact(runs) {
     element("li", {}, element("a", { href: run.url, class: "nested-run-link" }, `Run ${run.id} (${run.status})`)),
   );
   return fact("Nested run", element("ul", { class: "nested-runs" }, ...links));
+}
+
+// An access list as written, in the step names the page uses.
+function accessText(access, round) {
+  if (access === "all") return "reads all earlier steps";
+  if (!Array.isArray(access) || !access.length) return "reads nothing";
+  return `reads ${access.map((index) => `Step ${round}.${index}`).join(", ")}`;
 }
 
 function fact(label, value) {

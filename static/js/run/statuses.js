@@ -10,3 +10,5 @@ export const STEP_STATUSES = constants.step;
 export const STEP_FINISHED = new Set(constants.step_finished);
 // Event type names by their key in orchestrator/wire.py (EVENTS.step_finished, ...).
 export const EVENTS = Object.freeze({ ...constants.events });
+// A run's verdicts (orchestrator.wire.VERDICTS): right, wrong, unscored, failed, cancelled, pending.
+export const VERDICTS = constants.verdicts;

@@ -63,7 +63,9 @@ export class RunStore {
           ...this.run,
           status: event.status,
           answer: event.answer ?? this.run.answer,
+          answer_shown: event.answer_shown ?? this.run.answer_shown,
           score: event.score ?? this.run.score,
+          verdict: event.verdict ?? this.run.verdict,
           error: event.error ?? this.run.error,
           finished_at: event.finished_at ?? this.run.finished_at,
         };
