@@ -176,7 +176,8 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         decorate_list_row(run, pools_by_id)
 
     worker_names = sorted({w.name for p in pools for w in p.enabled_workers})
-    runnable_pools = pools if request.user.is_superuser else _runnable_pools(request.user)
+    roles = selectors.user_roles(user=request.user)
+    runnable_pools = [p for p in pools if roles.get(p.project_id) in selectors.ROLES_THAT_RUN]
     for pool in runnable_pools:
         pool.simulated_text = simulated_text(pool)
     default_pool = _default_pool(runnable_pools)
