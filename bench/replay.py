@@ -30,7 +30,7 @@ from pathlib import Path
 from bench._support import run_bench_child
 
 CHAIN_STEPS = 8
-LATENCY = 0.05
+LATENCY = 0.2
 REPEATS = 3
 QUESTION = "What is 17 * 23?"
 TREE = (
