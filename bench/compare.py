@@ -52,36 +52,10 @@ ROUNDS = 5
 TARGET_MS = 1000
 SERVER_REPEATS = 5
 VISITS = 3
-WORDS = [
-    "check",
-    "the",
-    "partial",
-    "result",
-    "against",
-    "the",
-    "question",
-    "and",
-    "report",
-    "any",
-    "step",
-    "that",
-    "disagrees",
-    "with",
-    "the",
-    "given",
-    "numbers",
-    "then",
-    "restate",
-    "the",
-    "value",
-    "found",
-    "so",
-    "far",
-    "in",
-    "one",
-    "short",
-    "sentence",
-]
+SENTENCE = (
+    "check the partial result against the question and report any step that disagrees with "
+    "the given numbers then restate the value found so far in one short sentence"
+)
 
 
 def rewrite(run_id: int, *, every: int, unrelated: bool) -> int:
@@ -95,9 +69,10 @@ def rewrite(run_id: int, *, every: int, unrelated: bool) -> int:
         if number % every:
             continue
         if unrelated:
-            step.instruction = f"Look again at part {step.index}: {' '.join(WORDS[:12])}"
+            step.instruction = f"Look again at part {step.index}: {' '.join(SENTENCE.split()[:12])}"
             step.worker_name = "Deep Thinker"
-            rotated = WORDS[number % len(WORDS) :] + WORDS[: number % len(WORDS)]
+            words = SENTENCE.split()
+            rotated = words[number % len(words) :] + words[: number % len(words)]
             step.response = " ".join(rotated * 2)
         else:
             step.instruction += ", and double-check it"
@@ -142,6 +117,16 @@ def visit(page, base_url: str, run_ids: list[int]) -> dict[str, int]:
     page.goto(f"{base_url}/compare/?runs={run_ids[0]},{run_ids[1]}", wait_until="commit")
     page.wait_for_selector("#compare-page[data-state=ready]", timeout=120_000)
     drawn_ms = (time.perf_counter() - started) * 1000
+    # Where the time went, from the page's own clock (ms since navigation start).
+    timing = page.evaluate(
+        """() => {
+            const nav = performance.getEntriesByType("navigation")[0];
+            const mark = (name) => performance.getEntriesByName(name)[0]?.startTime;
+            return {first_byte: nav.responseStart, html: nav.responseEnd,
+                    state_read: mark("compare-page:state-read"),
+                    graphs_drawn: mark("compare-page:graphs-drawn")};
+        }"""
+    )
     step_id = page.evaluate(
         "window.comparePage.rows.find((row) => row.change === 'changed').steps[1].id"
     )
@@ -152,7 +137,11 @@ def visit(page, base_url: str, run_ids: list[int]) -> dict[str, int]:
     click_ms = (time.perf_counter() - clicked) * 1000
     if "changed" not in (page.text_content("#compare-panel-title") or ""):
         raise RuntimeError("the click did not open the changed step")
-    return {"drawn_ms": round(drawn_ms), "click_ms": round(click_ms)}
+    return {
+        "drawn_ms": round(drawn_ms),
+        "click_ms": round(click_ms),
+        **{f"{name}_ms": round(value) for name, value in timing.items() if value is not None},
+    }
 
 
 def main() -> int:

@@ -42,7 +42,7 @@ function stepChange(row, runIndex) {
 function changeStyle() {
   const style = getComputedStyle(document.documentElement);
   const colour = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
-  return CHANGE_KINDS.map((kind) => ({
+  const marks = CHANGE_KINDS.map((kind) => ({
     selector: `node.step.change-${kind}`,
     style: {
       "border-color": colour(`--change-${kind}`, "#6b7480"),
@@ -51,6 +51,8 @@ function changeStyle() {
       "border-style": "solid",
     },
   }));
+  // The position whose details are open stays visible over its change colour.
+  return [...marks, { selector: "node.step.current", style: { "border-color": colour("--focus", "#f0a000"), "border-width": 7, "border-style": "double" } }];
 }
 
 // Graphs ----------------------------------------------------------------------------------------
