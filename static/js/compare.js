@@ -310,6 +310,7 @@ renderOutcome();
 // Long runs that mostly agree: the differences first.
 onlyDifferences.checked = rows.length > 200 && comparison.counts.same > 0;
 renderSteps();
+performance.mark("compare-page:tables-drawn");
 root.querySelectorAll("[data-fit]").forEach((button) => button.addEventListener("click", () => graphs[Number(button.dataset.fit)].view.fit()));
 
 // The page is drawn when every graph has drawn its first frame (GraphView sets data-state).
