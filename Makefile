@@ -13,6 +13,8 @@ BENCHES := parse engine_overhead concurrency suite stored_overhead check_time ce
 BENCHES += openai_endpoint export
 # Two Daphne processes and two Celery workers, 1,000 websocket clients (PostgreSQL and Redis).
 BENCHES += live_fanout
+# Two 500-step runs compared: the API's server time and the compare page drawn in Chromium.
+BENCHES += compare
 
 .PHONY: install demo serve test test-fast test-production bench clean lint
 
