@@ -14,6 +14,8 @@ BENCHES += openai_endpoint export
 # Two Daphne processes and two Celery workers, 1,000 websocket clients (PostgreSQL and Redis).
 BENCHES += live_fanout
 BENCHES += replay
+# Two 500-step runs compared: the API's server time and the compare page drawn in Chromium.
+BENCHES += compare
 
 .PHONY: install demo serve test test-fast test-production bench clean lint
 

@@ -17,7 +17,12 @@ pair:
   the whole JSON body received, median of 5 (the first request, warming caches, is not counted);
 - ``drawn_ms``: from navigation start of ``/compare/?runs=A,B`` until both graphs have drawn their
   first frame with the change marks (``#compare-page[data-state=ready]``), median of 3 fresh
-  pages; ``click_ms``: from then until a click on a changed node shows its word diff.
+  pages (``html_ms``, ``state_read_ms``, ``graphs_created_ms``: when the page had its HTML, had
+  read its embedded state, had handed the second graph to Cytoscape); ``click_ms``: from then
+  until a click on a changed node shows its word diff;
+- ``run_page_drawn_ms``: the baseline in the same conditions, the first run alone on its run
+  page until its graph is drawn (median of 3), and ``drawn_vs_run_page``, the ratio: on this
+  shared machine the load moves every figure, the ratio much less.
 
 Target: ``drawn_ms`` ≤ 1,000 ms. Run from the repository root: ``python -m bench.compare``. Ends
 with one JSON line.
@@ -52,36 +57,10 @@ ROUNDS = 5
 TARGET_MS = 1000
 SERVER_REPEATS = 5
 VISITS = 3
-WORDS = [
-    "check",
-    "the",
-    "partial",
-    "result",
-    "against",
-    "the",
-    "question",
-    "and",
-    "report",
-    "any",
-    "step",
-    "that",
-    "disagrees",
-    "with",
-    "the",
-    "given",
-    "numbers",
-    "then",
-    "restate",
-    "the",
-    "value",
-    "found",
-    "so",
-    "far",
-    "in",
-    "one",
-    "short",
-    "sentence",
-]
+SENTENCE = (
+    "check the partial result against the question and report any step that disagrees with "
+    "the given numbers then restate the value found so far in one short sentence"
+)
 
 
 def rewrite(run_id: int, *, every: int, unrelated: bool) -> int:
@@ -95,9 +74,10 @@ def rewrite(run_id: int, *, every: int, unrelated: bool) -> int:
         if number % every:
             continue
         if unrelated:
-            step.instruction = f"Look again at part {step.index}: {' '.join(WORDS[:12])}"
+            step.instruction = f"Look again at part {step.index}: {' '.join(SENTENCE.split()[:12])}"
             step.worker_name = "Deep Thinker"
-            rotated = WORDS[number % len(WORDS) :] + WORDS[: number % len(WORDS)]
+            words = SENTENCE.split()
+            rotated = words[number % len(words) :] + words[: number % len(words)]
             step.response = " ".join(rotated * 2)
         else:
             step.instruction += ", and double-check it"
@@ -142,6 +122,15 @@ def visit(page, base_url: str, run_ids: list[int]) -> dict[str, int]:
     page.goto(f"{base_url}/compare/?runs={run_ids[0]},{run_ids[1]}", wait_until="commit")
     page.wait_for_selector("#compare-page[data-state=ready]", timeout=120_000)
     drawn_ms = (time.perf_counter() - started) * 1000
+    # Where the time went, from the page's own clock (ms since navigation start).
+    timing = page.evaluate(
+        """() => {
+            const nav = performance.getEntriesByType("navigation")[0];
+            const mark = (name) => performance.getEntriesByName(name).at(-1)?.startTime;
+            return {html: nav.responseEnd, state_read: mark("compare-page:state-read"),
+                    graphs_created: mark("run-page:graph-created")};
+        }"""
+    )
     step_id = page.evaluate(
         "window.comparePage.rows.find((row) => row.change === 'changed').steps[1].id"
     )
@@ -152,7 +141,20 @@ def visit(page, base_url: str, run_ids: list[int]) -> dict[str, int]:
     click_ms = (time.perf_counter() - clicked) * 1000
     if "changed" not in (page.text_content("#compare-panel-title") or ""):
         raise RuntimeError("the click did not open the changed step")
-    return {"drawn_ms": round(drawn_ms), "click_ms": round(click_ms)}
+    return {
+        "drawn_ms": round(drawn_ms),
+        "click_ms": round(click_ms),
+        **{f"{name}_ms": round(value) for name, value in timing.items() if value is not None},
+    }
+
+
+def visit_run_page(page, base_url: str, run_id: int) -> int:
+    """The baseline, in the same conditions: one of the runs alone on its own page, navigation
+    start until its graph is drawn."""
+    started = time.perf_counter()
+    page.goto(f"{base_url}/runs/{run_id}/", wait_until="commit")
+    page.wait_for_selector("#run-graph[data-state=ready]", timeout=120_000)
+    return round((time.perf_counter() - started) * 1000)
 
 
 def main() -> int:
@@ -195,7 +197,19 @@ def main() -> int:
                     visits.append(visit(fresh, server.url, run_ids))
                     fresh.close()
                 visits.sort(key=lambda figures: figures["drawn_ms"])
-                results[name].update(api_ms=api_ms, api_bytes=size, **visits[len(visits) // 2])
+                alone = []
+                for _ in range(VISITS):
+                    fresh = context.new_page()
+                    alone.append(visit_run_page(fresh, server.url, run_ids[0]))
+                    fresh.close()
+                median = visits[len(visits) // 2]
+                results[name].update(
+                    api_ms=api_ms,
+                    api_bytes=size,
+                    **median,
+                    run_page_drawn_ms=statistics.median(alone),
+                    drawn_vs_run_page=round(median["drawn_ms"] / statistics.median(alone), 2),
+                )
                 print(f"{name}: {results[name]}", file=sys.stderr)
             browser.close()
     finally:

@@ -8,11 +8,15 @@ Word diffs come from diff-match-patch (Google's Myers-based diff with its semant
 its C++ build (``fast_diff_match_patch``). Texts are cut into words, runs of spaces and single
 punctuation marks; each distinct token becomes one character, the strings of those characters are
 diffed (the library's documented way to diff by lines or words), and the result is read back as
-tokens, so a change never splits a word. The C++ build diffs a pair of unrelated 300-word
-responses in about 10 ms where the pure-Python one takes about half a second: a comparison of
-hundreds of changed steps stays fast. Each diff gets a time limit from the comparison's budget
-(the library then returns a valid, coarser diff); once the budget is spent, what is left of a
-changed text is shown as deleted and inserted whole.
+tokens, so a change never splits a word. The C++ build diffs two unrelated 300-word responses in
+about 10 ms where the pure-Python one takes about half a second, so a comparison of hundreds of
+changed steps stays fast.
+
+Bounds: each diff has a time limit (the library then settles for a valid, coarser diff) taken
+from the comparison's budget; once the budget is spent, a changed text is shown deleted and
+inserted whole. Past its time limit the library still does work that grows with the square of
+the length, so a text of more than ``MAX_DIFF_TOKENS`` words is diffed by lines, and one of more
+lines than that is shown deleted and inserted whole.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
 from typing import Any, Final
 
 import fast_diff_match_patch
@@ -32,10 +37,14 @@ MAX_STEPS: Final = 20_000
 """How many steps the compared runs may hold together."""
 DIFF_TIME_LIMIT: Final = 0.2
 """Seconds one word diff may take before the library settles for a coarser one."""
-DIFF_BUDGET: Final = 3.0
+DIFF_BUDGET: Final = 2.0
 """Seconds all the word diffs of one comparison may take together."""
+MAX_DIFF_TOKENS: Final = 4000
+"""The most words (else lines) a side of one diff may have (a worst case then takes 0.2 s)."""
 
-_TOKEN = re.compile(r"\w+|\s+|[^\w\s]")
+_WORD = re.compile(r"\w+|\s+|[^\w\s]")
+_LINE = re.compile(r"[^\n]*\n|[^\n]+")
+_ALPHABET: Final = "".join(map(chr, range(1, 2 * MAX_DIFF_TOKENS + 1)))
 _OPS: Final = {"=": "equal", "+": "insert", "-": "delete"}
 
 
@@ -54,22 +63,18 @@ class WordDiffer:
         remaining = self.deadline - self.clock()
         if remaining <= 0:  # 0 would mean "no limit" to the library
             return _replaced(old, new)
-        tokens: list[str] = [""]
-        codes: dict[str, str] = {}
-
-        def encode(text: str) -> str:
-            chars = []
-            for token in _TOKEN.findall(text):
-                code = codes.get(token)
-                if code is None:
-                    code = codes[token] = chr(len(tokens))
-                    tokens.append(token)
-                chars.append(code)
-            return "".join(chars)
-
+        old_tokens, new_tokens = _WORD.findall(old), _WORD.findall(new)
+        if max(len(old_tokens), len(new_tokens)) > MAX_DIFF_TOKENS:
+            old_tokens, new_tokens = _LINE.findall(old), _LINE.findall(new)
+            if max(len(old_tokens), len(new_tokens)) > MAX_DIFF_TOKENS:
+                return _replaced(old, new)
+        # Each distinct token one character (there are fewer than the characters before the
+        # surrogates, and the library keeps 0 free).
+        codes = dict(zip(dict.fromkeys(chain(old_tokens, new_tokens)), _ALPHABET, strict=False))
+        text_of = dict(zip(codes.values(), codes, strict=True))
         changes = fast_diff_match_patch.diff(
-            encode(old),
-            encode(new),
+            "".join(map(codes.__getitem__, old_tokens)),
+            "".join(map(codes.__getitem__, new_tokens)),
             timelimit=min(DIFF_TIME_LIMIT, remaining),
             checklines=False,
             cleanup="Semantic",
@@ -77,7 +82,7 @@ class WordDiffer:
         )
         parts: list[wire.DiffPart] = []
         for op, chars in changes:
-            text = "".join(tokens[ord(char)] for char in chars)
+            text = "".join(map(text_of.__getitem__, chars))
             if parts and parts[-1]["op"] == _OPS[op]:
                 parts[-1]["text"] += text
             elif text:

@@ -495,12 +495,8 @@ def runs_to_compare(*, user: Any, run_ids: Sequence[int]) -> list[Run] | None:
     return [found[run_id] for run_id in run_ids]
 
 
-def run_compare(*, runs: Sequence[Run]) -> wire.Comparison:
-    """Runs compared step by step (aligned by round and index, each position marked against the
-    first run, word diffs of what changed) and by outcome: ``orchestrator/comparing.py``. Reads
-    the steps of every run, responses included, in one query."""
-    from orchestrator.comparing import compare
-
+def _compared_steps(runs: Sequence[Run]) -> tuple[list[list[wire.Step]], dict[int, str]]:
+    """Each run's steps in order (``wire.Step``) and every step's response by id, in one query."""
     width = len(wire.STEP_DATA_COLUMNS)
     rows = (
         Step.objects.filter(run_id__in=[run.pk for run in runs])
@@ -512,20 +508,48 @@ def run_compare(*, runs: Sequence[Run]) -> wire.Comparison:
     for row in rows:
         step_rows[row[-1]].append(row[:width])
         responses[row[0]] = row[width]
+    return [wire.step_rows_data(step_rows[run.pk]) for run in runs], responses
+
+
+def _comparison(
+    runs: Sequence[Run], steps_of_runs: list[list[wire.Step]], responses: dict[int, str]
+) -> wire.Comparison:
+    from orchestrator.comparing import compare
+
     return compare(
         runs=[{"run": wire.run_data(run), "pool_name": run.pool.name} for run in runs],
-        steps_of_runs=[wire.step_rows_data(step_rows[run.pk]) for run in runs],
+        steps_of_runs=steps_of_runs,
         responses=responses,
     )
 
 
+def run_compare(*, runs: Sequence[Run]) -> wire.Comparison:
+    """Runs compared step by step (aligned by round and index, each position marked against the
+    first run, word diffs of what changed) and by outcome: ``orchestrator/comparing.py``. Reads
+    the steps of every run, responses included, in one query."""
+    return _comparison(runs, *_compared_steps(runs))
+
+
 def compare_page_state(*, runs: Sequence[Run]) -> wire.ComparePage:
     """What the compare page embeds: the comparison, and each run's page state (its snapshot and
-    laid-out graph, as the run page reads them)."""
-    return {
-        "comparison": run_compare(runs=runs),
-        "pages": [run_page_state(run=run) for run in runs],
-    }
+    graph laid out from it, as ``run_page_state`` gives the run page), from one read of the
+    steps and one of the plans."""
+    from orchestrator.graph import build_graph, geometry
+
+    steps_of_runs, responses = _compared_steps(runs)
+    plans: dict[int, list[wire.Plan]] = {run.pk: [] for run in runs}
+    for plan in (
+        Plan.objects.filter(run_id__in=[run.pk for run in runs])
+        .defer("messages")
+        .order_by("run_id", "round")
+    ):
+        plans[plan.run_id].append(wire.plan_data(plan))
+    pages: list[wire.PageState] = []
+    for run, steps in zip(runs, steps_of_runs, strict=True):
+        state: wire.RunState = {"run": wire.run_data(run), "plans": plans[run.pk], "steps": steps}
+        graph = build_graph(plans=state["plans"], steps=state["steps"])
+        pages.append({"seq": run.last_seq, "state": state, "graph": graph, "geometry": geometry()})
+    return {"comparison": _comparison(runs, steps_of_runs, responses), "pages": pages}
 
 
 # Datasets and experiments ------------------------------------------------------------------------

@@ -42,7 +42,7 @@ function stepChange(row, runIndex) {
 function changeStyle() {
   const style = getComputedStyle(document.documentElement);
   const colour = (name, fallback) => style.getPropertyValue(name).trim() || fallback;
-  return CHANGE_KINDS.map((kind) => ({
+  const marks = CHANGE_KINDS.map((kind) => ({
     selector: `node.step.change-${kind}`,
     style: {
       "border-color": colour(`--change-${kind}`, "#6b7480"),
@@ -51,6 +51,8 @@ function changeStyle() {
       "border-style": "solid",
     },
   }));
+  // The position whose details are open stays visible over its change colour.
+  return [...marks, { selector: "node.step.current", style: { "border-color": colour("--focus", "#f0a000"), "border-width": 7, "border-style": "double" } }];
 }
 
 // Graphs ----------------------------------------------------------------------------------------
@@ -308,6 +310,7 @@ renderOutcome();
 // Long runs that mostly agree: the differences first.
 onlyDifferences.checked = rows.length > 200 && comparison.counts.same > 0;
 renderSteps();
+performance.mark("compare-page:tables-drawn");
 root.querySelectorAll("[data-fit]").forEach((button) => button.addEventListener("click", () => graphs[Number(button.dataset.fit)].view.fit()));
 
 // The page is drawn when every graph has drawn its first frame (GraphView sets data-state).

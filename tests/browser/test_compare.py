@@ -85,7 +85,7 @@ def test_the_changed_step_is_marked_and_its_word_diff_shown(browser_page, live_s
     assert section.locator("del.diff-delete").all_text_contents()[:2] == ["Add", " carefully"]
     assert section.locator("ins.diff-insert").first.text_content() == "Multiply"
     instruction = section.locator(".diff-text").first.text_content()
-    assert instruction == "Add Multiply 17 and 23 carefully."
+    assert instruction == "AddMultiply 17 and 23 carefully."
     # The diff is text: the page made no element out of the step's words.
     assert section.locator(".diff-text").first.evaluate("p => p.children.length") == 3
     # The outcome table shows the answers' difference.
