@@ -30,7 +30,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from orchestrator.models import Run
 from orchestrator.services.api_keys import api_key_create
 from orchestrator.services.runs import run_create, run_execute
-from tests.factories import make_pool
+from tests.factories import make_member, make_pool, make_user
 
 MAX_EXAMPLES = 40
 MODES = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE)
@@ -39,6 +39,18 @@ MODES = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGAT
 # still applies to it, and the variant with a real pool shows valid requests are accepted.
 # The same for a key request naming a project that is not the user's.
 DATA_DEPENDENT = {("POST", "/api/runs/"), ("POST", "/api/keys/")}
+# Pools, workers and members: a name must be free in its project, a key variable a valid name,
+# call parameters free of secrets and small, a username must exist, reordering must list every
+# worker once, the last admin keeps the role: rules on the rows, not the schema.
+DATA_DEPENDENT |= {
+    ("POST", "/api/pools/"),
+    ("PATCH", "/api/pools/{pool_id}/"),
+    ("POST", "/api/pools/{pool_id}/workers/"),
+    ("PATCH", "/api/pools/{pool_id}/workers/{worker_id}/"),
+    ("POST", "/api/pools/{pool_id}/workers/reorder/"),
+    ("POST", "/api/projects/{project_slug}/members/"),
+    ("PATCH", "/api/projects/{project_slug}/members/{membership_id}/"),
+}
 
 
 @dataclass
@@ -93,10 +105,15 @@ def test_every_operation_keeps_to_its_schema(
     # schema does not say; generating them would only find that.
     schema.config.generation.update(with_security_parameters=False, allow_x00=False)
     api_key, _ = api_key_create(user=project_admin, project=project, name="fuzzed")
+    make_user(username="fuzz-invitee")
     known_ids = {
         "run_id": stored_runs[0].pk,
         "step_id": stored_runs[0].steps.first().pk,
         "key_id": api_key.pk,
+        "pool_id": sim_pool.pk,
+        "worker_id": sim_pool.workers.first().pk,
+        "project_slug": project.slug,
+        "membership_id": make_member(project=project, role="viewer").memberships.get().pk,
     }
     figures = Figures()
     started = time.perf_counter()
@@ -116,9 +133,11 @@ def test_every_operation_keeps_to_its_schema(
             existing = {name: known_ids[name] for name in path_names}
             variants.append(("existing", MODES, existing, None))
         if operation.body:  # also valid requests on a pool or project the user may use
-            real = {"/api/keys/": {"project": project.slug}}.get(
-                operation.path, {"pool": sim_pool.pk}
-            )
+            real = {
+                "/api/keys/": {"project": project.slug},
+                "/api/pools/": {"project": project.slug},
+                "/api/projects/{project_slug}/members/": {"username": "fuzz-invitee"},
+            }.get(operation.path, {"pool": sim_pool.pk})
             variants.append(("real rows", MODES[:1], None, _with_body_values(real)))
         for variant, modes, path_parameters, transform in variants:
             for mode in modes:
