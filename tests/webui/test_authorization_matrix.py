@@ -114,9 +114,9 @@ MATRIX: dict[tuple[str, str], tuple[int, ...]] = {
         200,
     ),
     ("api/projects/", "GET"): (NO, 200, 200, 200, 200, 200),
-    ("api/projects/<slug:project_slug>/members/", "GET"): (NO, 200, 200, 404, 200, 200),
-    ("api/projects/<slug:project_slug>/members/", "POST"): (NO, 403, 403, 404, 400, 400),
-    ("api/projects/<slug:project_slug>/members/<id:membership_id>/", "PATCH"): (
+    ("api/projects/<str:project_slug>/members/", "GET"): (NO, 200, 200, 404, 200, 200),
+    ("api/projects/<str:project_slug>/members/", "POST"): (NO, 403, 403, 404, 400, 400),
+    ("api/projects/<str:project_slug>/members/<id:membership_id>/", "PATCH"): (
         NO,
         403,
         403,
@@ -124,7 +124,7 @@ MATRIX: dict[tuple[str, str], tuple[int, ...]] = {
         400,
         400,
     ),
-    ("api/projects/<slug:project_slug>/members/<id:membership_id>/", "DELETE"): (
+    ("api/projects/<str:project_slug>/members/<id:membership_id>/", "DELETE"): (
         NO,
         403,
         403,
@@ -132,8 +132,8 @@ MATRIX: dict[tuple[str, str], tuple[int, ...]] = {
         204,
         204,
     ),
-    ("api/projects/<slug:project_slug>/audit/", "GET"): (NO, 403, 403, 404, 200, 200),
-    ("api/projects/<slug:project_slug>/audit/export.csv", "GET"): (NO, 403, 403, 404, 200, 200),
+    ("api/projects/<str:project_slug>/audit/", "GET"): (NO, 403, 403, 404, 200, 200),
+    ("api/projects/<str:project_slug>/audit/export.csv", "GET"): (NO, 403, 403, 404, 200, 200),
     ("api/keys/", "GET"): (NO, 200, 200, 200, 200, 200),
     ("api/keys/", "POST"): (NO, 400, 400, 400, 400, 400),
     ("api/keys/<id:key_id>/revoke/", "POST"): (NO, 404, 404, 404, 200, 404),

@@ -383,7 +383,7 @@ class WorkerDetailApi(APIView):
         )
         return Response(WorkerDetailOutputSerializer(worker).data)
 
-    @extend_schema(operation_id="workers_delete", responses=RemovedOutputSerializer)
+    @extend_schema(operation_id="workers_delete", responses={200: RemovedOutputSerializer})
     def delete(self, request: Request, pool_id: int, worker_id: int) -> Response:
         worker = worker_or_404(admin_pool_or_error(self, request, pool_id), worker_id)
         return Response({"deleted": worker_remove(worker=worker, actor=request.user)})
@@ -401,11 +401,23 @@ class WorkerDisableApi(APIView):
         return Response(WorkerDetailOutputSerializer(worker).data)
 
 
+class IdListField(serializers.ListField):
+    """A list of ids whose errors read as one message (not one object per bad entry)."""
+
+    def run_child_validation(self, data):
+        try:
+            return super().run_child_validation(data)
+        except serializers.ValidationError:
+            raise serializers.ValidationError(
+                f"Give a list of whole numbers from 1 to {MAX_ID}."
+            ) from None
+
+
 class WorkerReorderApi(APIView):
     """Put a pool's workers in a new order (the conductor sees them as Model 0, 1, ...)."""
 
     class ReorderInputSerializer(serializers.Serializer):
-        order = serializers.ListField(
+        order = IdListField(
             child=WholeNumberField(min_value=1, max_value=MAX_ID),
             max_length=MAX_WORKERS_PER_POOL,
             help_text="Every worker id of the pool, once each, in the new order.",

@@ -162,18 +162,18 @@ urlpatterns = [
     ),
     path("projects/", ProjectListApi.as_view(), name="api-project-list"),
     path(
-        "projects/<slug:project_slug>/members/",
+        "projects/<str:project_slug>/members/",
         MemberListCreateApi.as_view(),
         name="api-member-list",
     ),
     path(
-        "projects/<slug:project_slug>/members/<id:membership_id>/",
+        "projects/<str:project_slug>/members/<id:membership_id>/",
         MemberDetailApi.as_view(),
         name="api-member-detail",
     ),
-    path("projects/<slug:project_slug>/audit/", AuditListApi.as_view(), name="api-audit-list"),
+    path("projects/<str:project_slug>/audit/", AuditListApi.as_view(), name="api-audit-list"),
     path(
-        "projects/<slug:project_slug>/audit/export.csv",
+        "projects/<str:project_slug>/audit/export.csv",
         AuditExportApi.as_view(),
         name="api-audit-export",
     ),

@@ -31,7 +31,7 @@ from orchestrator.models import Run
 from orchestrator.services.api_keys import api_key_create
 from orchestrator.services.review import comment_create, failure_kinds_ensure
 from orchestrator.services.runs import run_create, run_execute
-from tests.factories import make_pool
+from tests.factories import make_member, make_pool, make_user
 
 MAX_EXAMPLES = 40
 MODES = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE)
@@ -61,6 +61,18 @@ DATA_DEPENDENT |= {
     ("POST", "/api/failure-kinds/"),
     ("PATCH", "/api/failure-kinds/{kind_id}/"),
     ("DELETE", "/api/failure-kinds/{kind_id}/"),
+}
+# Pools, workers and members: a name must be free in its project, a key variable a valid name,
+# call parameters free of secrets and small, a username must exist, reordering must list every
+# worker once, the last admin keeps the role: rules on the rows, not the schema.
+DATA_DEPENDENT |= {
+    ("POST", "/api/pools/"),
+    ("PATCH", "/api/pools/{pool_id}/"),
+    ("POST", "/api/pools/{pool_id}/workers/"),
+    ("PATCH", "/api/pools/{pool_id}/workers/{worker_id}/"),
+    ("POST", "/api/pools/{pool_id}/workers/reorder/"),
+    ("POST", "/api/projects/{project_slug}/members/"),
+    ("PATCH", "/api/projects/{project_slug}/members/{membership_id}/"),
 }
 
 
@@ -126,12 +138,17 @@ def test_every_operation_keeps_to_its_schema(
     api_key, _ = api_key_create(user=project_admin, project=project, name="fuzzed")
     kinds = failure_kinds_ensure(project=project)
     comment = comment_create(actor=project_admin, run=stored_runs[1], body="Why did it fail?")
+    make_user(username="fuzz-invitee")
     known_ids = {
         "run_id": stored_runs[0].pk,
         "step_id": stored_runs[0].steps.first().pk,
         "key_id": api_key.pk,
         "comment_id": comment.pk,
         "kind_id": kinds[-1].pk,
+        "pool_id": sim_pool.pk,
+        "worker_id": sim_pool.workers.first().pk,
+        "project_slug": project.slug,
+        "membership_id": make_member(project=project, role="viewer").memberships.get().pk,
     }
     figures = Figures()
     started = time.perf_counter()
@@ -154,6 +171,8 @@ def test_every_operation_keeps_to_its_schema(
             real = {
                 "/api/keys/": {"project": project.slug},
                 "/api/failure-kinds/": {"project": project.slug},
+                "/api/pools/": {"project": project.slug},
+                "/api/projects/{project_slug}/members/": {"username": "fuzz-invitee"},
             }.get(operation.path, {"pool": sim_pool.pk})
             variants.append(("real rows", MODES[:1], None, _with_body_values(real)))
         if operation.path == "/api/compare/":  # also on runs that exist
