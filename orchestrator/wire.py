@@ -17,7 +17,9 @@ Every event is ``{"type", "run", "seq", ...}``, ``seq`` increasing by one per ru
 ``step.started``   ``step``: Step, status running.
 ``step.finished``  ``step``: Step, status succeeded; ``totals``: Totals of the run so far.
 ``step.failed``    ``step``: Step, status failed (``error`` says why); ``totals``: Totals.
-``run.finished``   ``status``, ``answer``, ``score``, ``error``, ``totals``: Totals,
+``run.finished``   ``status``, ``answer``, ``answer_shown`` (the answer itself, one line),
+                   ``score``, ``verdict`` (right, wrong, unscored, failed, cancelled),
+                   ``error``, ``totals``: Totals,
                    ``finished_at``, ``closed_steps``: which steps the run's end closed,
                    ``{"cancelled" | "skipped": {"ids": [step ids], "error": why}}`` (a step still
                    running ended cancelled, one never started skipped; their ``finished_at`` is
