@@ -805,11 +805,13 @@ def review_assignees(*, project: Project | int) -> list[str]:
 
 def run_review_state(*, run: Run, user: Any) -> wire.ReviewPageState:
     """What the run page's review controls start from: the review, every comment (oldest
-    first), the project's failure kinds, possible assignees, and whether ``user`` may review."""
+    first), the project's failure kinds, possible assignees, whether ``user`` may review, and
+    whether they may delete anyone's comment (admins)."""
     review, labels = run_review(run_id=run.pk)
     comments = (
         Comment.objects.filter(run_id=run.pk).select_related("author").order_by("created_at", "id")
     )
+    role = user_role(user=user, project=run.project_id)
     return {
         "review": wire.review_data(review, labels),
         "comments": [wire.comment_data(comment) for comment in comments],
@@ -817,7 +819,8 @@ def run_review_state(*, run: Run, user: Any) -> wire.ReviewPageState:
             {"id": kind.pk, "name": kind.name} for kind in failure_kinds(project=run.project_id)
         ],
         "assignees": review_assignees(project=run.project_id),
-        "can_review": user_role(user=user, project=run.project_id) in ROLES_THAT_RUN,
+        "can_review": role in ROLES_THAT_RUN,
+        "can_moderate": role == Membership.Role.ADMIN,
         "user": user.get_username(),
     }
 

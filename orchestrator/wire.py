@@ -974,13 +974,15 @@ def experiment_page_constants() -> dict[str, Any]:
 class ReviewPageState(TypedDict):
     """What the run page embeds for its review controls (``selectors.run_review_state``): the
     review, every comment, the project's failure kinds, whom the run may be assigned to, and
-    whether the viewing user may review (reviewers and admins)."""
+    whether the viewing user may review (reviewers and admins) and delete anyone's comment
+    (admins)."""
 
     review: Review
     comments: list[Comment]
     kinds: list[Label]
     assignees: list[str]
     can_review: bool
+    can_moderate: bool
     user: str
 
 

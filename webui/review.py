@@ -117,6 +117,12 @@ def review_queue(request: HttpRequest) -> HttpResponse:
         "api_root": reverse("api-run-list").removesuffix("runs/"),
     }
     single = projects[0] if len(projects) == 1 else None
+    # Admins configure their projects' failure kinds here.
+    kind_admin = [
+        (project, [kind for kind in kinds if kind.project_id == project.pk])
+        for project in projects
+        if roles.get(project.pk) == "admin"
+    ]
     context = {
         "runs": runs,
         "filter_form": form,
@@ -132,6 +138,7 @@ def review_queue(request: HttpRequest) -> HttpResponse:
         ),
         "key_kinds": page_data["kinds"][str(single.pk)] if single else [],
         "page_data": page_data,
+        "kind_admin": kind_admin,
     }
     return render(request, "review/queue.html", context)
 

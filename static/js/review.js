@@ -75,3 +75,29 @@ document.addEventListener("keydown", (event) => {
     assignToMe(row);
   }
 });
+
+// Failure kinds (admins): add, rename, delete; the page is drawn again after each change, as
+// the kinds also decide the label keys.
+for (const box of document.querySelectorAll(".kind-project")) {
+  const error = box.querySelector(".kind-error");
+  const act = async (request) => {
+    error.textContent = "";
+    try {
+      await request;
+      window.location.reload();
+    } catch (failure) {
+      error.textContent = failure.message;
+    }
+  };
+  box.querySelector(".kind-add").addEventListener("submit", (event) => {
+    event.preventDefault();
+    act(send("POST", "failure-kinds/", { project: box.dataset.project, name: event.target.elements.name.value }));
+  });
+  box.addEventListener("click", (event) => {
+    const item = event.target.closest("li[data-kind-id]");
+    if (!item) return;
+    const id = item.dataset.kindId;
+    if (event.target.classList.contains("kind-rename")) act(send("PATCH", `failure-kinds/${id}/`, { name: item.querySelector("input").value }));
+    else if (event.target.classList.contains("kind-delete")) act(send("DELETE", `failure-kinds/${id}/`));
+  });
+}

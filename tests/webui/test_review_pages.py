@@ -9,6 +9,7 @@ import re
 import pytest
 from django.urls import reverse
 
+from orchestrator import wire
 from orchestrator.services import review
 from tests.factories import make_run, make_step
 
@@ -104,8 +105,21 @@ def test_the_run_page_embeds_the_review_and_whether_the_user_may_review(
     state = json.loads(
         re.search(r'id="review-state" type="application/json">(.*?)</script>', html).group(1)
     )
+    assert wire.check(state, wire.ReviewPageState) == []
     assert state["can_review"] is can_review
+    assert state["can_moderate"] is (role in ("project_admin", "superuser"))
     assert state["review"]["labels"][0]["name"] == "bad plan"
     assert [c["body"] for c in state["comments"]] == ["<script>x</script>"]
     assert "<script>x</script>" not in html  # escaped inside the data block
     assert "rui-reviewer" in state["assignees"]  # reviewers and admins, never viewers
+
+
+def test_admins_edit_their_projects_failure_kinds_on_the_queue_page(
+    client, reviewer, project_admin, runs
+):
+    client.force_login(reviewer)
+    assert 'id="failure-kinds"' not in client.get(reverse("review-queue")).content.decode()
+    client.force_login(project_admin)
+    html = client.get(reverse("review-queue")).content.decode()
+    assert 'id="failure-kinds"' in html
+    assert html.count('<li data-kind-id="') == len(runs["kinds"])

@@ -21,6 +21,7 @@ export class RunReview {
     this.kinds = state.kinds;
     this.assignees = state.assignees;
     this.canReview = state.can_review;
+    this.canModerate = state.can_moderate;
     this.user = state.user;
     this.comments = new Map(state.comments.map((comment) => [comment.id, comment]));
     this.graph = null;
@@ -220,12 +221,16 @@ export class RunReview {
       element("span", { class: "hint" }, `${when}${comment.edited_at ? " (edited)" : ""}`),
     );
     const item = element("li", { class: "comment", dataset: { commentId: comment.id } }, head, body);
-    if (this.canReview && comment.author === this.user) {
+    const own = this.canReview && comment.author === this.user;
+    if (own) {
       const edit = element("button", { type: "button", class: "link-button comment-edit" }, "Edit");
-      const remove = element("button", { type: "button", class: "link-button comment-delete" }, "Delete");
       edit.addEventListener("click", () => this.editComment(item, comment));
+      head.append(" ", edit);
+    }
+    if (own || this.canModerate) {
+      const remove = element("button", { type: "button", class: "link-button comment-delete" }, "Delete");
       remove.addEventListener("click", () => this.change(send("DELETE", `comments/${comment.id}/`)));
-      head.append(" ", edit, " ", remove);
+      head.append(" ", remove);
     }
     return item;
   }

@@ -13,7 +13,10 @@ from orchestrator.models import (
     FailureKind,
     Membership,
     RunEvent,
+    RunLabel,
+    RunReview,
 )
+from orchestrator.selectors import run_review
 from orchestrator.services import review
 from tests.factories import make_member, make_pool, make_project, make_run, make_step
 
@@ -250,3 +253,18 @@ def test_admins_configure_failure_kinds_and_each_change_is_audited(
         ("failure_kind.delete", {"name": "Slow"}, {}),
     ]
     assert not FailureKind.objects.filter(name="Slow").exists()
+
+
+def test_a_run_goes_with_its_review_and_a_fixing_run_leaves_a_resolution(
+    run, step, sim_pool, reviewer, kinds
+):
+    replay = make_run(pool=sim_pool, replay_of=run)
+    review.label_add(actor=reviewer, run=run, kind=kinds[0])
+    review.comment_create(actor=reviewer, run=run, step=step, body="Gone with it.")
+    review.review_resolve(actor=reviewer, run=run, fixed_by=replay)
+    replay.delete()
+    assert run_review(run_id=run.pk)[0].resolved_at is not None
+    run.delete()
+    assert not Comment.objects.exists() and not RunLabel.objects.exists()
+    assert not RunReview.objects.exists()
+    assert FailureKind.objects.count() == len(kinds)  # the project's kinds stay
