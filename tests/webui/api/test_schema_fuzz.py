@@ -29,6 +29,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from orchestrator.models import Run
 from orchestrator.services.api_keys import api_key_create
+from orchestrator.services.datasets import dataset_ensure_suite
+from orchestrator.services.experiments import experiment_create, parse_arms
 from orchestrator.services.runs import run_create, run_execute
 from tests.factories import make_pool
 
@@ -39,6 +41,16 @@ MODES = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGAT
 # still applies to it, and the variant with a real pool shows valid requests are accepted.
 # The same for a key request naming a project that is not the user's.
 DATA_DEPENDENT = {("POST", "/api/runs/"), ("POST", "/api/keys/")}
+# The same for datasets and experiments: which project, dataset, run or arm ids exist, whether
+# an imported file's lines are good and whether a dataset's name is taken are not in the schema.
+DATA_DEPENDENT |= {
+    ("POST", "/api/datasets/"),
+    ("POST", "/api/datasets/suite/"),
+    ("POST", "/api/datasets/{dataset_id}/items/"),
+    ("POST", "/api/experiments/"),
+    ("GET", "/api/experiments/{experiment_id}/runs/"),
+    ("GET", "/api/experiments/{experiment_id}/head-to-head/"),
+}
 
 
 @dataclass
@@ -93,10 +105,20 @@ def test_every_operation_keeps_to_its_schema(
     # schema does not say; generating them would only find that.
     schema.config.generation.update(with_security_parameters=False, allow_x00=False)
     api_key, _ = api_key_create(user=project_admin, project=project, name="fuzzed")
+    dataset = dataset_ensure_suite(project=project)
+    experiment = experiment_create(
+        dataset=dataset,
+        arms=parse_arms("single:0,single:1", pool=sim_pool),
+        sample=2,
+        tags=["lookup"],
+        enqueue=False,
+    )
     known_ids = {
         "run_id": stored_runs[0].pk,
         "step_id": stored_runs[0].steps.first().pk,
         "key_id": api_key.pk,
+        "dataset_id": dataset.pk,
+        "experiment_id": experiment.pk,
     }
     figures = Figures()
     started = time.perf_counter()
@@ -116,9 +138,13 @@ def test_every_operation_keeps_to_its_schema(
             existing = {name: known_ids[name] for name in path_names}
             variants.append(("existing", MODES, existing, None))
         if operation.body:  # also valid requests on a pool or project the user may use
-            real = {"/api/keys/": {"project": project.slug}}.get(
-                operation.path, {"pool": sim_pool.pk}
-            )
+            real = {
+                "/api/keys/": {"project": project.slug},
+                "/api/datasets/": {"project": project.pk},
+                "/api/datasets/suite/": {"project": project.pk},
+                "/api/datasets/{dataset_id}/items/": {"run": stored_runs[0].pk},
+                "/api/experiments/": {"dataset": dataset.pk},
+            }.get(operation.path, {"pool": sim_pool.pk})
             variants.append(("real rows", MODES[:1], None, _with_body_values(real)))
         for variant, modes, path_parameters, transform in variants:
             for mode in modes:
