@@ -81,6 +81,13 @@ class Pool(models.Model):
         help_text="Name of the environment variable holding the conductor's API key.",
     )
     conductor_params = models.JSONField(default=dict, blank=True)
+    conductor_prompt_style = models.CharField(
+        max_length=10,
+        choices=[("full", "Full (format, workers, worked examples)"), ("compact", "Compact")],
+        default="full",
+        help_text="Full: for general chat models. Compact (the format and the workers, no "
+        "examples): for conductors fine-tuned on the format.",
+    )
     max_steps = models.PositiveSmallIntegerField(
         default=5,
         validators=[MinValueValidator(1), MaxValueValidator(MAX_STEPS_PER_ROUND)],

@@ -119,6 +119,7 @@ class PoolAdmin(admin.ModelAdmin):
                     "conductor_api_key_env",
                     "conductor_key",
                     "conductor_params",
+                    "conductor_prompt_style",
                     "max_steps",
                     "max_rounds",
                     "access_mode",

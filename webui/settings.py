@@ -360,12 +360,9 @@ CONDUCTOR_EXPORT_PARTIAL_CREDIT = float(os.environ.get("CONDUCTOR_EXPORT_PARTIAL
 # CONDUCTOR_DATASET_MAX_ITEMS items; an experiment is at most CONDUCTOR_EXPERIMENT_MAX_TRIALS
 # runs (items × arms). Celery executes an experiment in CONDUCTOR_EXPERIMENT_SLICES tasks that
 # share its trials; inline, CONDUCTOR_EXPERIMENT_CONCURRENCY trials run at a time. A trial whose
-# execution died is taken again after CONDUCTOR_EXPERIMENT_CLAIM_SECONDS (or on resume).
+# execution died is taken again after a run lease (CONDUCTOR_RUN_LEASE_SECONDS), or on resume.
 CONDUCTOR_DATASET_MAX_BYTES = int(os.environ.get("CONDUCTOR_DATASET_MAX_BYTES", str(5 * 2**20)))
 CONDUCTOR_DATASET_MAX_ITEMS = int(os.environ.get("CONDUCTOR_DATASET_MAX_ITEMS", "10000"))
 CONDUCTOR_EXPERIMENT_MAX_TRIALS = int(os.environ.get("CONDUCTOR_EXPERIMENT_MAX_TRIALS", "20000"))
 CONDUCTOR_EXPERIMENT_SLICES = int(os.environ.get("CONDUCTOR_EXPERIMENT_SLICES", "4"))
 CONDUCTOR_EXPERIMENT_CONCURRENCY = int(os.environ.get("CONDUCTOR_EXPERIMENT_CONCURRENCY", "4"))
-CONDUCTOR_EXPERIMENT_CLAIM_SECONDS = float(
-    os.environ.get("CONDUCTOR_EXPERIMENT_CLAIM_SECONDS", "900")
-)

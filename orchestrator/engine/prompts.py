@@ -1,7 +1,8 @@
 """The prompted conductor's messages: our own prompt text for writing a workflow.
 
 ``conductor_messages`` returns a system message (the job, the three-list format, the limits of
-this pool and a few short worked examples) and one user message. ``repair_message`` is the user
+this pool and, in the "full" prompt style, a few short worked examples; a later round, which only
+decides whether to accept the previous answer, gets a short one instead) and one user message. ``repair_message`` is the user
 turn that shows a parse error back to the conductor.
 
 The user message is a contract: the offline simulated conductor reads it. It consists of these
@@ -223,7 +224,55 @@ def _examples(settings: RunSettings, pool: int) -> list[str]:
     return examples
 
 
+_ACCEPT_INTRODUCTION = """\
+You are the conductor of a team of language models. You wrote a workflow for the question \
+below and it has run; its final answer is shown as the previous answer. If that answer is \
+correct and complete, accept it by writing three empty lists in a code block:
+
+```python
+model_id = []
+subtasks = []
+access_list = []
+```
+
+Otherwise write a new workflow that fixes what is wrong, in the same format: three Python lists \
+of equal length, model_id (a worker number), subtasks (the instruction) and access_list (the \
+earlier steps each step sees), at most {max_steps} steps. Its steps do not see the earlier \
+round, so say in the instructions what needs fixing."""
+
+
+_COMPACT_ACCEPT = """\
+You are the conductor. Your workflow for this question has run. Accept its answer with three \
+empty lists (model_id = [], subtasks = [], access_list = []), or write a new workflow in the \
+same format, at most {max_steps} steps."""
+
+
+def _accept_prompt(settings: RunSettings) -> str:
+    """The short system message of a later round: whether to accept the previous answer. It does
+    not repeat the first round's explanations and examples."""
+    if settings.prompt_style == "compact":
+        return _COMPACT_ACCEPT.format(max_steps=settings.max_steps)
+    access = _ACCESS_FINE if settings.access_mode == "fine" else _ACCESS_BINARY
+    return "\n\n".join([_ACCEPT_INTRODUCTION.format(max_steps=settings.max_steps), access])
+
+
+_COMPACT = """\
+You are the conductor: write a workflow for the question, three Python lists of equal length \
+in a code block: model_id (worker numbers), subtasks (one instruction per step; the last step \
+gives the final answer) and access_list (per step: "all", [] or earlier step numbers)\
+{binary}. At most {max_steps} steps."""
+
+
+def _compact_prompt(settings: RunSettings) -> str:
+    binary = '; in this pool access is binary: only "all" or []'
+    return _COMPACT.format(
+        max_steps=settings.max_steps, binary=binary if settings.access_mode == "binary" else ""
+    )
+
+
 def _system_prompt(settings: RunSettings, pool: int) -> str:
+    if settings.prompt_style == "compact":
+        return _compact_prompt(settings)
     parts = [
         _INTRODUCTION,
         _ACCESS_FINE if settings.access_mode == "fine" else _ACCESS_BINARY,
@@ -234,8 +283,9 @@ def _system_prompt(settings: RunSettings, pool: int) -> str:
     ]
     if settings.max_rounds > 1:
         parts.append(_ROUNDS)
-    parts.append(_EXAMPLES_HEADING)
-    parts.extend(_examples(settings, pool))
+    if settings.prompt_style == "full":
+        parts.append(_EXAMPLES_HEADING)
+        parts.extend(_examples(settings, pool))
     return "\n\n".join(parts)
 
 
@@ -251,6 +301,10 @@ def _worker_line(index: int, worker: WorkerInfo, show_name: bool) -> str:
     return f"Model {index}: {description}"
 
 
+def _worker_name_line(index: int, worker: WorkerInfo) -> str:
+    return f"Model {index}: {_one_line(worker.name) or 'a worker'}"
+
+
 def _escape_markers(text: str) -> str:
     """Keep free text from ending a section early: a line that reads as a marker gets a
     backslash in front."""
@@ -260,6 +314,10 @@ def _escape_markers(text: str) -> str:
 
 
 def _reminder(settings: RunSettings, round: int) -> str:
+    if settings.prompt_style == "compact":
+        binary = ', access entries only "all" or []' if settings.access_mode == "binary" else ""
+        reminder = f"The three lists: at most {settings.max_steps} steps{binary}."
+        return reminder + (" Or accept with three empty lists." if round > 0 else "")
     if settings.access_mode == "fine":
         access = 'access entries "all", [] or lists of earlier step numbers'
     else:
@@ -289,9 +347,15 @@ def conductor_messages(
     ``kept``: the first steps of the round, already written and run (a replay that asks the
     conductor to write the rest of a round again); the reminder shows them and asks for the
     whole workflow with them first, unchanged."""
+    later = round > 0 and previous_answer is not None
+    # A compact later round names the workers only: their descriptions came in the first round.
+    brief = later and settings.prompt_style == "compact"
     sections = [
         WORKERS_MARKER,
-        *(_worker_line(i, w, settings.show_worker_names) for i, w in enumerate(workers)),
+        *(
+            _worker_name_line(i, w) if brief else _worker_line(i, w, settings.show_worker_names)
+            for i, w in enumerate(workers)
+        ),
         "",
         QUESTION_MARKER,
         _escape_markers(question),
@@ -302,8 +366,9 @@ def conductor_messages(
     sections += [WORKFLOW_MARKER, _reminder(settings, round)]
     if kept:
         sections += ["", _kept_steps(kept)]
+    system = _accept_prompt(settings) if later else _system_prompt(settings, max(1, len(workers)))
     return [
-        {"role": "system", "content": _system_prompt(settings, max(1, len(workers)))},
+        {"role": "system", "content": system},
         {"role": "user", "content": "\n".join(sections)},
     ]
 

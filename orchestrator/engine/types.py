@@ -18,6 +18,10 @@ Access: TypeAlias = Literal["all"] | tuple[int, ...]
 """Which earlier steps of the same round a step reads: every one (``"all"``) or these indices."""
 
 AccessMode: TypeAlias = Literal["binary", "fine"]
+PromptStyle: TypeAlias = Literal["full", "compact"]
+"""The conductor's first-round prompt: "full" (the format, the workers and worked examples, for
+general chat models) or "compact" (the format and the workers only, for fine-tuned conductors)."""
+PROMPT_STYLES: Final = ("full", "compact")
 StepStatus: TypeAlias = Literal["pending", "running", "succeeded", "failed", "cancelled", "skipped"]
 """``cancelled``: the run ended while the step ran; ``skipped``: it ended before the step started."""
 RunStatus: TypeAlias = Literal["succeeded", "failed", "cancelled"]
@@ -107,6 +111,7 @@ class RunSettings:
     max_steps: int = 5
     max_rounds: int = 2
     access_mode: AccessMode = "fine"
+    prompt_style: PromptStyle = "full"
     show_worker_names: bool = True
     question_in_later_steps: bool = True
     step_timeout: float = 120.0

@@ -6,8 +6,10 @@ LOCKED`` lets several slices on several workers share one experiment), makes its
 claim, executes that run with ``run_execute_async`` (which resumes a run stored before and never
 calls a finished step's model again), and marks the trial finished once its run has ended. A
 finished trial is never run again, so an experiment stopped by a cancel or a dead worker
-resumes where it stopped. A trial whose execution died stays claimed until its claim lapses
-(``CONDUCTOR_EXPERIMENT_CLAIM_SECONDS``), or until the experiment is resumed.
+resumes where it stopped. A trial whose execution died is taken again once its claim (a run
+lease long) has lapsed, or at once when the experiment is resumed; a slice with nothing to claim
+waits for such claims while any trial is unfinished, so the last live slice finishes the work of
+a dead one.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ MAX_LABEL_LENGTH = 100
 MAX_ERROR_LENGTH = 500
 UNFINISHED = (Experiment.Status.QUEUED, Experiment.Status.RUNNING)
 RETRY_MARGIN_SECONDS = 0.2
+# A slice with nothing to claim looks again this often while other slices hold the last trials.
+IDLE_POLL_SECONDS = 1.0
 
 Progress = Callable[[int, int], None]
 
@@ -351,6 +355,8 @@ async def experiment_execute_async(
                 progress = await sync_to_async(_trial_settle)(trial_id, run_id)
             if progress is not None and on_progress is not None:
                 await sync_to_async(on_progress)(*progress)
+            if progress is not None and progress[0] >= progress[1]:
+                await sync_to_async(_experiment_finish_if_done)(experiment_id)
 
     await asyncio.gather(*(one_slice() for _ in range(max(1, concurrency))))
     await sync_to_async(_experiment_finish_if_done)(experiment_id)
@@ -395,7 +401,7 @@ def _trial_claim_next(experiment_id: int) -> tuple[int, int] | None:
                 )
                 return None
         trial.run = run
-        trial.claimed_until = now + timedelta(seconds=settings.CONDUCTOR_EXPERIMENT_CLAIM_SECONDS)
+        trial.claimed_until = now + timedelta(seconds=claim_seconds())
         trial.save(update_fields=["run", "claimed_until"])
         return trial.pk, run.pk
 
@@ -444,23 +450,33 @@ def _trial_settle(trial_id: int, run_id: int) -> tuple[int, int] | None:
 
 
 def _seconds_until_retry(experiment_id: int) -> float | None:
-    """How long until an unfinished trial can be claimed again, when that is within a run lease
-    (a run held by an execution that may have died); None when there is nothing to wait for."""
+    """How long until an unfinished trial another execution holds can be claimed again (its
+    execution may have died); None when no trial is left unfinished, or the experiment is no
+    longer running."""
     if not Experiment.objects.filter(pk=experiment_id, status=Experiment.Status.RUNNING).exists():
         return None
-    now = timezone.now()
-    horizon = now + timedelta(seconds=settings.CONDUCTOR_RUN_LEASE_SECONDS + RETRY_MARGIN_SECONDS)
     soonest = (
-        Trial.objects.filter(
-            experiment_id=experiment_id, finished=False, claimed_until__lte=horizon
-        )
+        Trial.objects.filter(experiment_id=experiment_id, finished=False)
         .order_by("claimed_until")
         .values_list("claimed_until", flat=True)
         .first()
     )
-    if soonest is None:
+    if (
+        soonest is None
+        and not Trial.objects.filter(experiment_id=experiment_id, finished=False).exists()
+    ):
         return None
-    return max(0.05, (soonest - now).total_seconds())
+    if soonest is None:
+        return RETRY_MARGIN_SECONDS
+    wait = (soonest - timezone.now()).total_seconds()
+    return min(IDLE_POLL_SECONDS, max(RETRY_MARGIN_SECONDS, wait))
+
+
+def claim_seconds() -> float:
+    """How long a trial's claim holds: a run lease and a margin. Once its run is claimed the
+    run's own lease (renewed while it executes) keeps other executions off it; a trial whose
+    execution died is taken again when its claim has lapsed."""
+    return settings.CONDUCTOR_RUN_LEASE_SECONDS + RETRY_MARGIN_SECONDS
 
 
 def _experiment_finish_if_done(experiment_id: int) -> None:

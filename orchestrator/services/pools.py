@@ -17,6 +17,7 @@ POOL_FIELDS = (
     "description",
     "conductor_model",
     "conductor_params",
+    "conductor_prompt_style",
     "max_steps",
     "max_rounds",
     "token_budget",

@@ -447,6 +447,7 @@ def run_settings_for(pool: Pool) -> RunSettings:
         max_steps=pool.max_steps,
         max_rounds=pool.max_rounds,
         access_mode=pool.access_mode,
+        prompt_style=pool.conductor_prompt_style,
         show_worker_names=pool.show_worker_names,
         step_timeout=pool.step_timeout,
         token_budget=pool.token_budget,

@@ -30,6 +30,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from orchestrator.models import Run
 from orchestrator.services.api_keys import api_key_create
 from orchestrator.services.review import comment_create, failure_kinds_ensure
+from orchestrator.services.datasets import dataset_ensure_suite
+from orchestrator.services.experiments import experiment_create, parse_arms
 from orchestrator.services.runs import run_create, run_execute
 from tests.factories import make_member, make_pool, make_user
 
@@ -73,6 +75,16 @@ DATA_DEPENDENT |= {
     ("POST", "/api/pools/{pool_id}/workers/reorder/"),
     ("POST", "/api/projects/{project_slug}/members/"),
     ("PATCH", "/api/projects/{project_slug}/members/{membership_id}/"),
+}
+# The same for datasets and experiments: which project, dataset, run or arm ids exist, whether
+# an imported file's lines are good and whether a dataset's name is taken are not in the schema.
+DATA_DEPENDENT |= {
+    ("POST", "/api/datasets/"),
+    ("POST", "/api/datasets/suite/"),
+    ("POST", "/api/datasets/{dataset_id}/items/"),
+    ("POST", "/api/experiments/"),
+    ("GET", "/api/experiments/{experiment_id}/runs/"),
+    ("GET", "/api/experiments/{experiment_id}/head-to-head/"),
 }
 
 
@@ -139,6 +151,14 @@ def test_every_operation_keeps_to_its_schema(
     kinds = failure_kinds_ensure(project=project)
     comment = comment_create(actor=project_admin, run=stored_runs[1], body="Why did it fail?")
     make_user(username="fuzz-invitee")
+    dataset = dataset_ensure_suite(project=project)
+    experiment = experiment_create(
+        dataset=dataset,
+        arms=parse_arms("single:0,single:1", pool=sim_pool),
+        sample=2,
+        tags=["lookup"],
+        enqueue=False,
+    )
     known_ids = {
         "run_id": stored_runs[0].pk,
         "step_id": stored_runs[0].steps.first().pk,
@@ -149,6 +169,8 @@ def test_every_operation_keeps_to_its_schema(
         "worker_id": sim_pool.workers.first().pk,
         "project_slug": project.slug,
         "membership_id": make_member(project=project, role="viewer").memberships.get().pk,
+        "dataset_id": dataset.pk,
+        "experiment_id": experiment.pk,
     }
     figures = Figures()
     started = time.perf_counter()
@@ -173,6 +195,10 @@ def test_every_operation_keeps_to_its_schema(
                 "/api/failure-kinds/": {"project": project.slug},
                 "/api/pools/": {"project": project.slug},
                 "/api/projects/{project_slug}/members/": {"username": "fuzz-invitee"},
+                "/api/datasets/": {"project": project.pk},
+                "/api/datasets/suite/": {"project": project.pk},
+                "/api/datasets/{dataset_id}/items/": {"run": stored_runs[0].pk},
+                "/api/experiments/": {"dataset": dataset.pk},
             }.get(operation.path, {"pool": sim_pool.pk})
             variants.append(("real rows", MODES[:1], None, _with_body_values(real)))
         if operation.path == "/api/compare/":  # also on runs that exist
