@@ -140,6 +140,8 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         "default_pool_id": default_pool.pk if default_pool else None,
         "strategies": selectors.run_choices().strategies,
         "worker_names": worker_names,
+        # Batch replay (webui/batches.py) is for admins of a project.
+        "can_batch": "admin" in selectors.user_roles(user=request.user).values(),
     }
     return render(request, "runs/list.html", context)
 

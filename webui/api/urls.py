@@ -5,6 +5,7 @@ from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
 import webui.converters  # noqa: F401  (registers the <id:...> path converter)
+from webui.api.batches import BatchDetailApi, BatchListCreateApi
 from webui.api.exports import TrajectoryExportApi
 from webui.api.keys import ApiKeyListCreateApi, ApiKeyRevokeApi
 from webui.api.pools import PoolListApi
@@ -31,6 +32,8 @@ urlpatterns = [
     path(
         "export/trajectories.jsonl", TrajectoryExportApi.as_view(), name="api-export-trajectories"
     ),
+    path("batches/", BatchListCreateApi.as_view(), name="api-batch-list"),
+    path("batches/<id:batch_id>/", BatchDetailApi.as_view(), name="api-batch-detail"),
     # Last: anything else under /api/ is the API's own 404.
     re_path(r"^.*/$", api_not_found),
 ]
