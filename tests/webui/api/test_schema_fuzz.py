@@ -29,6 +29,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from orchestrator.models import Run
 from orchestrator.services.api_keys import api_key_create
+from orchestrator.services.batches import batch_create
 from orchestrator.services.runs import run_create, run_execute
 from tests.factories import make_pool
 
@@ -39,6 +40,9 @@ MODES = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGAT
 # still applies to it, and the variant with a real pool shows valid requests are accepted.
 # The same for a key request naming a project that is not the user's.
 DATA_DEPENDENT = {("POST", "/api/runs/"), ("POST", "/api/keys/")}
+# A batch request is refused (400) when its override names a worker no pool has, or its filters
+# match no run.
+DATA_DEPENDENT |= {("POST", "/api/batches/")}
 
 
 @dataclass
@@ -93,7 +97,15 @@ def test_every_operation_keeps_to_its_schema(
     # schema does not say; generating them would only find that.
     schema.config.generation.update(with_security_parameters=False, allow_x00=False)
     api_key, _ = api_key_create(user=project_admin, project=project, name="fuzzed")
+    batch = batch_create(
+        project=project,
+        actor=project_admin,
+        filters={"status": "succeeded"},
+        override={"kind": "instruction", "match": "literal", "pattern": "a", "replacement": "b"},
+        enqueue=False,
+    )
     known_ids = {
+        "batch_id": batch.pk,
         "run_id": stored_runs[0].pk,
         "step_id": stored_runs[0].steps.first().pk,
         "key_id": api_key.pk,
@@ -116,9 +128,10 @@ def test_every_operation_keeps_to_its_schema(
             existing = {name: known_ids[name] for name in path_names}
             variants.append(("existing", MODES, existing, None))
         if operation.body:  # also valid requests on a pool or project the user may use
-            real = {"/api/keys/": {"project": project.slug}}.get(
-                operation.path, {"pool": sim_pool.pk}
-            )
+            real = {
+                "/api/keys/": {"project": project.slug},
+                "/api/batches/": {"project": project.pk},
+            }.get(operation.path, {"pool": sim_pool.pk})
             variants.append(("real rows", MODES[:1], None, _with_body_values(real)))
         for variant, modes, path_parameters, transform in variants:
             for mode in modes:
