@@ -468,8 +468,10 @@ def _visible_batches(user: Any) -> QuerySet[Batch]:
     if not getattr(user, "is_authenticated", False):
         return Batch.objects.none()
     project_ids = user_project_ids(user)
-    batches = Batch.objects.all() if project_ids is None else Batch.objects.filter(
-        project_id__in=project_ids
+    batches = (
+        Batch.objects.all()
+        if project_ids is None
+        else Batch.objects.filter(project_id__in=project_ids)
     )
     return batches.select_related("created_by").annotate(
         finished_count=Count("items", filter=Q(items__replay__status__in=Run.FINISHED))

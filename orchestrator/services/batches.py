@@ -79,7 +79,6 @@ FILTER_KEYS: Final = (
 _FILTER_TEXT_LIMITS: Final = {"worker": MAX_NAME_CHARS, "q": 200}
 
 
-
 # Creating ----------------------------------------------------------------------------------------
 
 
@@ -192,7 +191,11 @@ def _checked_filter(key: str, value: Any, *, project: Project) -> tuple[str, Any
         if len(value) > _FILTER_TEXT_LIMITS[key]:
             return f"At most {_FILTER_TEXT_LIMITS[key]} characters.", None
     elif key in ("score_min", "score_max"):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
             return "Give a number.", None
         return "", float(value)
     elif key in ("created_after", "created_before"):

@@ -87,12 +87,12 @@ def replays_of(batch: Batch) -> dict[int, Run]:
 
 
 def summary(batch: Batch):
-    return selectors.batch_summary(batch=selectors.batch_get(user=batch.created_by, batch_id=batch.pk))
+    return selectors.batch_summary(
+        batch=selectors.batch_get(user=batch.created_by, batch_id=batch.pk)
+    )
 
 
-def test_worker_override_moves_every_step_on_the_worker_and_no_other(
-    project, admin, runs, execute
-):
+def test_worker_override_moves_every_step_on_the_worker_and_no_other(project, admin, runs, execute):
     assert runs["weak1"].score == 0.0 and runs["strong"].score == 1.0
 
     batch = make_batch(project, admin)
@@ -172,7 +172,9 @@ def test_aggregate_before_and_after_matches_the_runs(project, admin, runs, execu
     assert aggregate["tokens_before"] == sum(s.tokens_in + s.tokens_out for s, _ in pairs)
     assert aggregate["tokens_after"] == sum(r.tokens_in + r.tokens_out for _, r in pairs)
     assert aggregate["cost_before"] == pytest.approx(sum(s.cost for s, _ in pairs), abs=1e-6)
-    assert aggregate["wall_time_after"] == pytest.approx(sum(r.wall_time for _, r in pairs), abs=1e-6)
+    assert aggregate["wall_time_after"] == pytest.approx(
+        sum(r.wall_time for _, r in pairs), abs=1e-6
+    )
     # The reused proposer costs the mixture's replay nothing: fewer tokens than its source.
     moa_source, moa_replay = next((s, r) for s, r in pairs if s.strategy == "moa")
     assert moa_replay.tokens_in < moa_source.tokens_in
@@ -200,12 +202,19 @@ def test_instruction_override_rewrites_only_the_matching_steps(pool, project, ad
         project,
         admin,
         filters={"strategy": "reflection"},
-        override={"kind": "instruction", "match": "literal", "pattern": pattern, "replacement": "X"},
+        override={
+            "kind": "instruction",
+            "match": "literal",
+            "pattern": pattern,
+            "replacement": "X",
+        },
     )
     advance_all(batch)
 
     replay = replays_of(batch)[source.pk]
-    expected = {s.pk: s.instruction.replace(pattern, "X") for s in steps if pattern in s.instruction}
+    expected = {
+        s.pk: s.instruction.replace(pattern, "X") for s in steps if pattern in s.instruction
+    }
     assert {edit["step"]: edit["after"] for edit in replay.edits} == expected
     assert steps[0].pk not in expected
 
@@ -293,16 +302,30 @@ def test_batch_create_records_the_audit_entry_in_its_transaction(project, admin,
         ({}, {"kind": "worker", "from": "Weak", "to": "Weak"}, "override.to"),
         ({}, {"kind": "worker", "from": "Weak", "to": "Ghost"}, "override.to"),
         ({}, {"kind": "worker", "from": "", "to": "Strong"}, "override.from"),
-        ({}, {"kind": "worker", "from": "Weak", "to": "Strong", "pattern": "x"}, "override.pattern"),
+        (
+            {},
+            {"kind": "worker", "from": "Weak", "to": "Strong", "pattern": "x"},
+            "override.pattern",
+        ),
         ({}, {"kind": "instruction", "pattern": "", "replacement": "x"}, "override.pattern"),
         ({}, {"kind": "instruction", "pattern": "a" * 201, "replacement": ""}, "override.pattern"),
         ({}, {"kind": "instruction", "match": "glob", "pattern": "a"}, "override.match"),
-        ({}, {"kind": "instruction", "match": "regex", "pattern": "(", "replacement": ""}, "override.pattern"),
-        ({}, {"kind": "instruction", "match": "regex", "pattern": "a*", "replacement": ""}, "override.pattern"),
+        (
+            {},
+            {"kind": "instruction", "match": "regex", "pattern": "(", "replacement": ""},
+            "override.pattern",
+        ),
+        (
+            {},
+            {"kind": "instruction", "match": "regex", "pattern": "a*", "replacement": ""},
+            "override.pattern",
+        ),
         ({}, {"kind": "instruction", "pattern": "a", "replacement": 3}, "override.replacement"),
     ],
 )
-def test_bad_input_names_the_field_and_creates_nothing(project, admin, runs, filters, override, field):
+def test_bad_input_names_the_field_and_creates_nothing(
+    project, admin, runs, filters, override, field
+):
     with pytest.raises(ValidationError) as raised:
         batch_create(project=project, actor=admin, filters=filters, override=override)
 

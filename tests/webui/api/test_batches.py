@@ -90,10 +90,19 @@ def test_an_instruction_override_is_taken(api_as, project, project_admin, failed
         ({"override": {"kind": "worker", "from": "Weak"}}, "override.to"),
         ({"override": {"kind": "worker", "from": "Weak", "to": "Ghost"}}, "override.to"),
         ({"override": {"kind": "worker", "from": 3, "to": "Strong"}}, "override.from"),
-        ({"override": {"kind": "instruction", "match": "regex", "pattern": "(?"}}, "override.pattern"),
-        ({"override": {"kind": "instruction", "match": "regex", "pattern": "x?"}}, "override.pattern"),
+        (
+            {"override": {"kind": "instruction", "match": "regex", "pattern": "(?"}},
+            "override.pattern",
+        ),
+        (
+            {"override": {"kind": "instruction", "match": "regex", "pattern": "x?"}},
+            "override.pattern",
+        ),
         ({"override": {"kind": "instruction", "pattern": "p" * 201}}, "override.pattern"),
-        ({"override": {"kind": "instruction", "pattern": "a", "replacement": 5}}, "override.replacement"),
+        (
+            {"override": {"kind": "instruction", "pattern": "a", "replacement": 5}},
+            "override.replacement",
+        ),
         ({"filters": {"status": "lost"}}, "filters.status"),
         ({"filters": {"pool": "x"}}, "filters.pool"),
         ({"filters": {"pool": 10**9}}, "filters.pool"),
@@ -148,7 +157,9 @@ def test_members_see_a_batch_and_others_get_a_404(
     assert seen.json()["progress"]["total"] == 3
     assert seen.json()["aggregate"]["compared"] == 0
     assert api_as(outsider).get(url).status_code == 404
-    assert api_as(viewer).get(reverse("api-batch-detail", args=[created["id"] + 1])).status_code == 404
+    assert (
+        api_as(viewer).get(reverse("api-batch-detail", args=[created["id"] + 1])).status_code == 404
+    )
 
     listed = api_as(viewer).get(BATCHES_URL).json()
     assert [entry["id"] for entry in listed["results"]] == [created["id"]]
