@@ -13,6 +13,8 @@ BENCHES := parse engine_overhead concurrency suite stored_overhead check_time ce
 BENCHES += openai_endpoint export
 # Two Daphne processes and two Celery workers, 1,000 websocket clients (PostgreSQL and Redis).
 BENCHES += live_fanout
+# A batch replay of 200 runs through one, then two Celery workers (PostgreSQL and Redis).
+BENCHES += batch_replay
 
 .PHONY: install demo serve test test-fast test-production bench clean lint
 

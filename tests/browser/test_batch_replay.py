@@ -23,16 +23,21 @@ from orchestrator.models import Pool, Worker
 from orchestrator.providers.simulator import load_suite
 from orchestrator.services.runs import run_create, run_execute
 demo = Pool.objects.filter(conductor_model__startswith="sim/").order_by("id").first()
-pool = Pool.objects.create(project=demo.project, name="Batch browser test")
+pool = Pool.objects.create(
+    project=demo.project, name="Batch browser test", conductor_params={{"latency": 0}}
+)
 for position, (name, skill, latency) in enumerate((("Unskilled", 0.0, 0), ("Skilled", 1.0, 1.0))):
     Worker.objects.create(
         pool=pool, position=position, name=name, model="sim/swift", description="x",
         params={{"latency": latency, "skills": {{"arithmetic": skill}}}},
     )
 tasks = [task for task in load_suite() if task.domain == "arithmetic"][:{RUNS}]
-for task in tasks:
+for steps, task in enumerate(tasks, start=1):
+    # 1 to 4 steps, all on Unskilled: their replays take 1 to 4 s, so they end one by one.
+    options = {{"worker": 0}} if steps == 1 else {{"worker": 0, "rounds": steps - 1}}
     run = run_create(
-        pool=pool, input=task.question, reference=task.reference, strategy="single",
+        pool=pool, input=task.question, reference=task.reference,
+        strategy="single" if steps == 1 else "reflection", strategy_options=options,
         enqueue=False,
     )
     run_execute(run_id=run.pk)

@@ -364,3 +364,13 @@ def test_a_creator_who_is_no_longer_admin_replays_nothing_more(project, admin, r
     errors = set(BatchItem.objects.filter(batch=batch).values_list("error", flat=True))
     assert errors == {f"{admin.get_username()} is no longer an admin of the project."}
     assert Batch.objects.get(pk=batch.pk).status == Batch.Status.CREATED
+
+
+def test_a_regex_that_backtracks_too_long_stops_at_its_timeout():
+    override = {"kind": "instruction", "match": "regex", "pattern": r"(a+)+b", "replacement": ""}
+    steps = [Step(pk=1, round=0, index=0, instruction="a" * 30000 + "!")]
+
+    edits, problem = batch_services.override_edits(override, steps=steps, workers=[])
+
+    assert edits == []
+    assert problem == "The expression took over 50 ms on the instruction of step 0.0."
