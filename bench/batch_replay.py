@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import tempfile
 import time
 import uuid
