@@ -73,6 +73,17 @@ def _shown(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M") if isinstance(value, dt.datetime) else str(value)
 
 
+BATCH_LIST_LIMIT = 100
+
+
+@login_required
+def batch_list(request: HttpRequest) -> HttpResponse:
+    """``/batches/``: the newest batches of the user's projects with their progress."""
+    batches = list(selectors.batch_list(user=request.user)[:BATCH_LIST_LIMIT])
+    entries = [selectors.batch_entry(batch=batch) for batch in batches]
+    return render(request, "batches/list.html", {"entries": entries, "limit": BATCH_LIST_LIMIT})
+
+
 @login_required
 def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
     """``/batches/<id>/``: drawn from the state embedded in the page, then kept current by

@@ -8,6 +8,7 @@ from webui import account, batches, views
 urlpatterns = [
     path("", views.runs_list, name="runs"),
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
+    path("batches/", batches.batch_list, name="batch-list"),
     path("batches/new/", batches.batch_new, name="batch-new"),
     path("batches/<id:batch_id>/", batches.batch_detail, name="batch-detail"),
     path("account/", account.account, name="account"),
