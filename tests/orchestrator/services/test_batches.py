@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 
-from orchestrator import selectors
+from orchestrator import selectors, wire
 from orchestrator.models import AuditEntry, Batch, BatchItem, Membership, Run, Step
 from orchestrator.providers.simulator import load_suite
 from orchestrator.services import batches as batch_services
@@ -87,9 +87,11 @@ def replays_of(batch: Batch) -> dict[int, Run]:
 
 
 def summary(batch: Batch):
-    return selectors.batch_summary(
-        batch=selectors.batch_get(user=batch.created_by, batch_id=batch.pk)
-    )
+    """The batch as its page and the API show it, checked against its wire shape."""
+    visible = selectors.batch_get(user=batch.created_by, batch_id=batch.pk)
+    entry = selectors.batch_summary(batch=visible)
+    assert wire.check(entry, wire.BatchSummary) == []
+    return entry
 
 
 def test_worker_override_moves_every_step_on_the_worker_and_no_other(project, admin, runs, execute):
