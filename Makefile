@@ -16,6 +16,8 @@ BENCHES += live_fanout
 BENCHES += replay
 # Two 500-step runs compared: the API's server time and the compare page drawn in Chromium.
 BENCHES += compare
+# A batch replay of 200 runs through one, then two Celery workers (PostgreSQL and Redis).
+BENCHES += batch_replay
 
 .PHONY: install demo serve test test-fast test-production bench clean lint
 

@@ -651,3 +651,72 @@ class Comment(models.Model):
     class Meta:
         ordering = ["run", "created_at", "id"]
         indexes = [models.Index(fields=["run", "created_at"], name="comment_run_recent")]
+
+
+class Batch(models.Model):
+    """Many replays made at once: every run a filter of the runs list matched, replayed with one
+    override (a worker swapped for another, or an instruction rewrite), in the background.
+
+    ``filters`` are the runs list's filters as data (``selectors.run_list`` keywords, dates in
+    ISO 8601); ``override`` is ``{"kind": "worker", "from": NAME, "to": NAME}`` or ``{"kind":
+    "instruction", "match": "literal" | "regex", "pattern": ..., "replacement": ...}``. Written
+    only by ``orchestrator.services.batches``. ``status`` is ``creating`` while replays are being
+    made and ``created`` once every item has its replay or its error; whether the replays have
+    finished is read from them (``selectors.batch_summary``).
+    """
+
+    class Status(models.TextChoices):
+        CREATING = "creating"
+        CREATED = "created"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="batches")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="batches",
+    )
+    filters = models.JSONField(default=dict, blank=True)
+    override = models.JSONField(default=dict)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.CREATING)
+    total = models.PositiveIntegerField(default=0, help_text="Source runs the filter matched.")
+    replayed = models.PositiveIntegerField(default=0, help_text="Items whose replay was made.")
+    not_replayed = models.PositiveIntegerField(
+        default=0, help_text="Items stopped by an error (nothing to change, a missing worker...)."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_all_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "-created_at"], name="batch_project_recent")]
+
+    def __str__(self) -> str:
+        return f"Batch {self.pk}"
+
+
+class BatchItem(models.Model):
+    """One source run of a batch: its replay once made, or why none was made."""
+
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="items")
+    position = models.PositiveIntegerField()
+    source = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="batch_items")
+    replay = models.OneToOneField(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="batch_item"
+    )
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["batch", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["batch", "position"], name="batch_item_position"),
+            models.UniqueConstraint(fields=["batch", "source"], name="batch_item_source"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Item {self.position} of batch {self.batch_id}"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.replay_id is None and not self.error

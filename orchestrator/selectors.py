@@ -15,7 +15,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce, TruncDate
+from django.db.models.functions import Coalesce, Substr, TruncDate
 
 from orchestrator import wire
 from orchestrator.engine import strategies
@@ -23,6 +23,8 @@ from orchestrator.engine.grading import GRADER_KINDS
 from orchestrator.models import (
     ApiKey,
     AuditEntry,
+    Batch,
+    BatchItem,
     Comment,
     Dataset,
     Experiment,
@@ -1013,3 +1015,150 @@ def run_list_changes(
         "gone": sorted(run_ids - {run.pk for run in matching}),
         "runs": matching,
     }
+
+
+# Batch replays -----------------------------------------------------------------------------------
+
+COMPARE_PATH = "/compare/"
+BATCH_ITEM_INPUT_CHARS = 160
+_BATCH_RUN_FIELDS = ("id", "status", "score", "tokens_in", "tokens_out", "cost", "wall_time")
+
+
+def _visible_batches(user: Any) -> QuerySet[Batch]:
+    if not getattr(user, "is_authenticated", False):
+        return Batch.objects.none()
+    project_ids = user_project_ids(user)
+    batches = (
+        Batch.objects.all()
+        if project_ids is None
+        else Batch.objects.filter(project_id__in=project_ids)
+    )
+    return batches.select_related("created_by").annotate(
+        finished_count=Count("items", filter=Q(items__replay__status__in=Run.FINISHED))
+    )
+
+
+def batch_get(*, user: Any, batch_id: int) -> Batch | None:
+    """A batch of one of the user's projects (any member may look at it), or None."""
+    return _visible_batches(user).filter(pk=batch_id).first()
+
+
+def batch_list(*, user: Any, project: Project | int | None = None) -> QuerySet[Batch]:
+    """The batches of the user's projects (of ``project`` alone when given), newest first,
+    each with its count of finished replays (``finished_count``)."""
+    batches = _visible_batches(user)
+    if project is not None:
+        batches = batches.filter(project_id=project if isinstance(project, int) else project.pk)
+    return batches.order_by("-created_at", "-id")
+
+
+def batch_entry(*, batch: Batch) -> wire.BatchEntry:
+    """A batch as lists show it, with its progress (``batch`` from ``batch_get``/``batch_list``,
+    which count its finished replays)."""
+    finished = getattr(batch, "finished_count", None)
+    if finished is None:
+        finished = BatchItem.objects.filter(
+            batch_id=batch.pk, replay__status__in=Run.FINISHED
+        ).count()
+    done = finished + batch.not_replayed
+    if batch.status == Batch.Status.CREATING:
+        status = "creating"
+    else:
+        status = "finished" if done >= batch.total else "running"
+    return {
+        "id": batch.pk,
+        "project": batch.project_id,
+        "created_by": batch.created_by.get_username() if batch.created_by_id else None,
+        "created_at": wire.iso(batch.created_at),
+        "filters": dict(batch.filters or {}),
+        "override": dict(batch.override or {}),
+        "status": status,
+        "progress": {
+            "total": batch.total,
+            "replayed": batch.replayed,
+            "not_replayed": batch.not_replayed,
+            "finished": finished,
+            "done": done,
+            "fraction": round(done / batch.total, 4) if batch.total else 1.0,
+        },
+    }
+
+
+def batch_summary(*, batch: Batch) -> wire.BatchSummary:
+    """A batch with every item (source, replay or error, compare link) and the aggregate before
+    and after over the pairs whose replay finished. Two queries however many items."""
+    items = list(
+        BatchItem.objects.filter(batch_id=batch.pk)
+        .select_related("source", "replay")
+        .only(
+            "position",
+            "error",
+            "replay_id",
+            *(f"source__{name}" for name in _BATCH_RUN_FIELDS),
+            *(f"replay__{name}" for name in _BATCH_RUN_FIELDS),
+        )
+        .annotate(input_head=Substr("source__input", 1, BATCH_ITEM_INPUT_CHARS))
+        .order_by("position")
+    )
+    rows: list[wire.BatchItemData] = []
+    for item in items:
+        source = wire.batch_run_data(item.source)
+        replay = wire.batch_run_data(item.replay) if item.replay_id else None
+        rows.append(
+            {
+                "position": item.position,
+                "input": item.input_head,
+                "source": source,
+                "replay": replay,
+                "error": item.error,
+                "compare_url": f"{COMPARE_PATH}?runs={source['id']},{replay['id']}"
+                if replay
+                else None,
+            }
+        )
+    entry = batch_entry(batch=batch)
+    return {**entry, "aggregate": batch_aggregate(rows), "items": rows}
+
+
+def batch_aggregate(items: Iterable[wire.BatchItemData]) -> wire.BatchAggregate:
+    """Before and after over the items whose replay finished."""
+    outcomes = [name for name in wire.BATCH_OUTCOMES if name != "pending"]
+    aggregate: wire.BatchAggregate = {
+        "compared": 0,
+        "fixed": 0,
+        "broken": 0,
+        "still_right": 0,
+        "still_wrong": 0,
+        "unscored": 0,
+        "before": dict.fromkeys(outcomes, 0),
+        "after": dict.fromkeys(outcomes, 0),
+        "tokens_before": 0,
+        "tokens_after": 0,
+        "cost_before": 0.0,
+        "cost_after": 0.0,
+        "wall_time_before": 0.0,
+        "wall_time_after": 0.0,
+    }
+    for item in items:
+        source, replay = item["source"], item["replay"]
+        if replay is None or replay["outcome"] == "pending":
+            continue
+        before, after = source["outcome"], replay["outcome"]
+        aggregate["compared"] += 1
+        aggregate["before"][before] = aggregate["before"].get(before, 0) + 1
+        aggregate["after"][after] = aggregate["after"][after] + 1
+        if "unscored" in (before, after) or before == "pending":
+            aggregate["unscored"] += 1
+        elif after == "right":
+            aggregate["still_right" if before == "right" else "fixed"] += 1
+        else:
+            aggregate["broken" if before == "right" else "still_wrong"] += 1
+        aggregate["tokens_before"] += source["tokens"]
+        aggregate["tokens_after"] += replay["tokens"]
+        aggregate["cost_before"] += source["cost"]
+        aggregate["cost_after"] += replay["cost"]
+        aggregate["wall_time_before"] += source["wall_time"] or 0.0
+        aggregate["wall_time_after"] += replay["wall_time"] or 0.0
+    for key in ("cost_before", "cost_after", "wall_time_before", "wall_time_after"):
+        aggregate[key] = round(aggregate[key], 6)  # type: ignore[literal-required]
+    return aggregate

@@ -38,7 +38,11 @@ from django.utils import timezone
 from orchestrator import selectors
 from orchestrator.lease import LEASE_KEY_PREFIX, RunLease, redis_client
 from orchestrator.models import Run
-from orchestrator.services.execution import EXPERIMENT_EXECUTE_TASK, RUN_EXECUTE_TASK
+from orchestrator.services.execution import (
+    BATCH_ADVANCE_TASK,
+    EXPERIMENT_EXECUTE_TASK,
+    RUN_EXECUTE_TASK,
+)
 
 log = logging.getLogger(__name__)
 
@@ -131,3 +135,23 @@ def experiment_execute_task(self: Task, experiment_id: int) -> None:
     from orchestrator.services.experiments import experiment_execute
 
     experiment_execute(experiment_id=experiment_id)
+
+
+@shared_task(
+    name=BATCH_ADVANCE_TASK,
+    acks_late=True,
+    ignore_result=True,
+    max_retries=None,
+    autoretry_for=DATABASE_UNAVAILABLE,
+    retry_backoff=1,
+    retry_backoff_max=60,
+    retry_jitter=True,
+)
+def batch_advance_task(batch_id: int) -> None:
+    """Make the replays of the next few pending items of batch ``batch_id``, then send itself
+    again while items remain (a new message each time: it never waits on another task).
+    Idempotent: an item already done is skipped, a finished batch is a no-op."""
+    from orchestrator.services.batches import batch_advance, batch_enqueue
+
+    if batch_advance(batch_id=batch_id):
+        batch_enqueue(batch_id=batch_id)

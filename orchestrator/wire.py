@@ -1020,3 +1020,112 @@ def review_data(review: Any, labels: Iterable[Any]) -> Review:
         "flagged": bool(review and review.flagged),
         "resolution": resolution,
     }
+
+
+# Batch replays -----------------------------------------------------------------------------------
+
+BATCH_OUTCOMES: Final = ("right", "wrong", "failed", "unscored", "pending")
+"""How a run ended, for a batch's before and after: ``right`` (succeeded with a full score),
+``wrong`` (succeeded, lower score), ``failed`` (failed or cancelled), ``unscored`` (succeeded,
+no reference to score it against), ``pending`` (not finished)."""
+
+
+class BatchRun(TypedDict):
+    """A source or a replay as a batch page lists it."""
+
+    id: int
+    status: str
+    outcome: str
+    score: float | None
+    tokens: int
+    cost: float
+    wall_time: float | None
+
+
+class BatchItemData(TypedDict):
+    """One source run of a batch: its replay (null when none was made: ``error`` says why) and
+    the compare view of the two."""
+
+    position: int
+    input: str
+    source: BatchRun
+    replay: BatchRun | None
+    error: str
+    compare_url: str | None
+
+
+class BatchProgress(TypedDict):
+    """``done`` of ``total`` items: replays finished plus items not replayed."""
+
+    total: int
+    replayed: int
+    not_replayed: int
+    finished: int
+    done: int
+    fraction: float
+
+
+class BatchAggregate(TypedDict):
+    """Before and after over the pairs whose replay finished (``compared``): outcome counts,
+    ``fixed`` (failed or wrong → right), ``broken`` (right → failed or wrong), ``still_right``,
+    ``still_wrong``, ``unscored`` (either side), and sums of tokens (in + out), cost and wall
+    time. A replay counts only the tokens and cost of the steps it ran again."""
+
+    compared: int
+    fixed: int
+    broken: int
+    still_right: int
+    still_wrong: int
+    unscored: int
+    before: dict[str, int]
+    after: dict[str, int]
+    tokens_before: int
+    tokens_after: int
+    cost_before: float
+    cost_after: float
+    wall_time_before: float
+    wall_time_after: float
+
+
+class BatchEntry(TypedDict):
+    """A batch as lists show it. ``status``: ``creating`` (replays being made), ``running``
+    (all made, some not finished), ``finished``."""
+
+    id: int
+    project: int
+    created_by: str | None
+    created_at: str | None
+    filters: dict[str, Any]
+    override: dict[str, Any]
+    status: str
+    progress: BatchProgress
+
+
+class BatchSummary(BatchEntry):
+    """``GET /api/batches/{id}/`` and the batch page's state: the entry, the aggregate and
+    every item."""
+
+    aggregate: BatchAggregate
+    items: list[BatchItemData]
+
+
+def batch_outcome(status: str, score: float | None) -> str:
+    if status not in RunRow.FINISHED:
+        return "pending"
+    if status != RunRow.Status.SUCCEEDED:
+        return "failed"
+    if score is None:
+        return "unscored"
+    return "right" if score >= 1.0 else "wrong"
+
+
+def batch_run_data(run: RunRow) -> BatchRun:
+    return {
+        "id": run.pk,
+        "status": run.status,
+        "outcome": batch_outcome(run.status, run.score),
+        "score": run.score,
+        "tokens": run.tokens_in + run.tokens_out,
+        "cost": run.cost,
+        "wall_time": run.wall_time,
+    }

@@ -3,7 +3,7 @@
 from django.urls import path
 
 import webui.converters  # noqa: F401  (registers the <id:...> path converter)
-from webui import account, experiment_pages, pool_pages, projects, review, views
+from webui import account, batches, experiment_pages, pool_pages, projects, review, views
 
 urlpatterns = [
     path("", views.runs_list, name="runs"),
@@ -11,6 +11,9 @@ urlpatterns = [
     path("runs/<id:run_id>/", views.run_detail, name="run-detail"),
     path("runs/<id:run_id>/family/", views.run_family, name="run-family"),
     path("compare/", views.runs_compare, name="runs-compare"),
+    path("batches/", batches.batch_list, name="batch-list"),
+    path("batches/new/", batches.batch_new, name="batch-new"),
+    path("batches/<id:batch_id>/", batches.batch_detail, name="batch-detail"),
     path("account/", account.account, name="account"),
     path("datasets/", experiment_pages.datasets_page, name="datasets"),
     path("datasets/suite/", experiment_pages.dataset_suite_view, name="dataset-suite"),

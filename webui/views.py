@@ -201,6 +201,8 @@ def runs_list(request: HttpRequest) -> HttpResponse:
             "first_page": page == 1,
             "changes_url": reverse("runs-changes"),
         },
+        # Batch replay (webui/batches.py) is for admins of a project.
+        "can_batch": "admin" in roles.values(),
     }
     return render(request, "runs/list.html", context)
 

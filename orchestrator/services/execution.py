@@ -22,6 +22,8 @@ logger = logging.getLogger(__name__)
 # The Celery task that executes a run (``orchestrator/tasks.py`` registers it under this name).
 # Sent by name: the tasks call the services, so the services do not import the tasks.
 RUN_EXECUTE_TASK = "orchestrator.tasks.run_execute_task"
+# The Celery task that makes a batch's replays (``services/batches.py`` sends it).
+BATCH_ADVANCE_TASK = "orchestrator.tasks.batch_advance_task"
 
 # Tasks hold only weak references on their loop: keep each running inline run here, by run id.
 _inline_runs: dict[int, asyncio.Task[None]] = {}
@@ -68,6 +70,11 @@ def inline_task(run_id: int) -> asyncio.Task[None] | None:
     """The inline task executing a run in this process, if any (tests and shutdown wait on it)."""
     with _inline_runs_lock:
         return _inline_runs.get(run_id)
+
+
+def server_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop serving this process, if any (other background work starts there too)."""
+    return _server_loop()
 
 
 def _server_loop() -> asyncio.AbstractEventLoop | None:

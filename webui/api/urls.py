@@ -5,6 +5,7 @@ from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
 import webui.converters  # noqa: F401  (registers the <id:...> path converter)
+from webui.api.batches import BatchDetailApi, BatchListCreateApi
 from webui.api.compare import CompareApi
 from webui.api.datasets import (
     DatasetDetailApi,
@@ -195,6 +196,8 @@ urlpatterns = [
     path("review/insights/", ReviewInsightsApi.as_view(), name="api-review-insights"),
     path("failure-kinds/", FailureKindListCreateApi.as_view(), name="api-failure-kinds"),
     path("failure-kinds/<id:kind_id>/", FailureKindDetailApi.as_view(), name="api-failure-kind"),
+    path("batches/", BatchListCreateApi.as_view(), name="api-batch-list"),
+    path("batches/<id:batch_id>/", BatchDetailApi.as_view(), name="api-batch-detail"),
     # Last: anything else under /api/ is the API's own 404.
     re_path(r"^.*/$", api_not_found),
 ]

@@ -29,9 +29,10 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from orchestrator.models import Run
 from orchestrator.services.api_keys import api_key_create
-from orchestrator.services.review import comment_create, failure_kinds_ensure
+from orchestrator.services.batches import batch_create
 from orchestrator.services.datasets import dataset_ensure_suite
 from orchestrator.services.experiments import experiment_create, parse_arms
+from orchestrator.services.review import comment_create, failure_kinds_ensure
 from orchestrator.services.runs import run_create, run_execute
 from tests.factories import make_member, make_pool, make_user
 
@@ -86,6 +87,9 @@ DATA_DEPENDENT |= {
     ("GET", "/api/experiments/{experiment_id}/runs/"),
     ("GET", "/api/experiments/{experiment_id}/head-to-head/"),
 }
+# A batch request is refused (400) when its override names a worker no pool has, or its filters
+# match no run.
+DATA_DEPENDENT |= {("POST", "/api/batches/")}
 
 
 @dataclass
@@ -159,7 +163,15 @@ def test_every_operation_keeps_to_its_schema(
         tags=["lookup"],
         enqueue=False,
     )
+    batch = batch_create(
+        project=project,
+        actor=project_admin,
+        filters={"status": "succeeded"},
+        override={"kind": "instruction", "match": "literal", "pattern": "a", "replacement": "b"},
+        enqueue=False,
+    )
     known_ids = {
+        "batch_id": batch.pk,
         "run_id": stored_runs[0].pk,
         "step_id": stored_runs[0].steps.first().pk,
         "key_id": api_key.pk,
@@ -199,6 +211,7 @@ def test_every_operation_keeps_to_its_schema(
                 "/api/datasets/suite/": {"project": project.pk},
                 "/api/datasets/{dataset_id}/items/": {"run": stored_runs[0].pk},
                 "/api/experiments/": {"dataset": dataset.pk},
+                "/api/batches/": {"project": project.pk},
             }.get(operation.path, {"pool": sim_pool.pk})
             variants.append(("real rows", MODES[:1], None, _with_body_values(real)))
         if operation.path == "/api/compare/":  # also on runs that exist
