@@ -27,8 +27,13 @@ _COMPONENTS = {
             "What is wrong with the input, keyed by field (non_field_errors: the body as a "
             "whole; detail: a body that is not valid JSON)."
         ),
+        # A field's messages; a list or nested field's are keyed by index or subfield.
         "additionalProperties": {
-            "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "object"}]}},
+                {"type": "object"},
+            ]
         },
     },
 }
