@@ -150,6 +150,11 @@ function renderOutcome() {
 
 const stepsTable = document.getElementById("compare-steps");
 const onlyDifferences = document.getElementById("compare-only-differences");
+const moreButton = document.getElementById("compare-steps-more");
+// Long comparisons show their first rows at once and the rest on demand: laying out thousands of
+// table rows would hold up the graphs.
+const FIRST_ROWS = 200;
+let rowLimit = FIRST_ROWS;
 let currentRow = null;
 
 function changeBadge(kind) {
@@ -180,8 +185,11 @@ function renderSteps() {
     ...runs.map((run) => element("th", { scope: "col" }, `Run #${run.id}`)),
   );
   const shown = [];
+  let matching = 0;
   rows.forEach((row, index) => {
     if (onlyDifferences.checked && row.change === "same") return;
+    matching += 1;
+    if (shown.length >= rowLimit && index !== currentRow) return;
     const tr = element(
       "tr",
       { tabindex: 0, dataset: { row: index, change: row.change }, "aria-current": index === currentRow ? "true" : null },
@@ -193,6 +201,8 @@ function renderSteps() {
   });
   stepsTable.replaceChildren(element("thead", {}, head), element("tbody", {}, ...shown));
   document.getElementById("compare-steps-empty").hidden = shown.length > 0;
+  moreButton.hidden = matching <= shown.length;
+  moreButton.textContent = `Show all ${formatCount(matching)} rows`;
 }
 
 stepsTable.addEventListener("click", (event) => {
@@ -206,7 +216,14 @@ stepsTable.addEventListener("keydown", (event) => {
     openRow(Number(tr.dataset.row));
   }
 });
-onlyDifferences.addEventListener("change", renderSteps);
+onlyDifferences.addEventListener("change", () => {
+  rowLimit = FIRST_ROWS;
+  renderSteps();
+});
+moreButton.addEventListener("click", () => {
+  rowLimit = Infinity;
+  renderSteps();
+});
 
 // Details panel ---------------------------------------------------------------------------------
 
@@ -270,7 +287,9 @@ function openRow(index) {
   if (!row) return;
   currentRow = index;
   for (const tr of stepsTable.querySelectorAll("tr[aria-current]")) tr.removeAttribute("aria-current");
-  stepsTable.querySelector(`tr[data-row="${index}"]`)?.setAttribute("aria-current", "true");
+  const tr = stepsTable.querySelector(`tr[data-row="${index}"]`);
+  if (tr) tr.setAttribute("aria-current", "true");
+  else renderSteps(); // a row past the first ones, opened from a graph
   graphs.forEach(({ view }, runIndex) => view.select(row.steps[runIndex] ? row.steps[runIndex].id : null));
   panelTitle.textContent = `Step ${row.round}.${row.index}: ${row.change}`;
   panelBody.replaceChildren(...runs.map((_, runIndex) => runSection(row, runIndex)));

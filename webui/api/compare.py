@@ -92,7 +92,12 @@ def runs_to_compare(*, user: Any, query: dict[str, Any]) -> list[Run]:
     total = sum(run.step_count for run in runs)
     if total > comparing.MAX_STEPS:
         raise ValidationError(
-            {"runs": [f"These runs hold {total} steps; a comparison takes {comparing.MAX_STEPS}."]}
+            {
+                "runs": [
+                    f"These runs hold {total} steps together; a comparison takes at most "
+                    f"{comparing.MAX_STEPS}."
+                ]
+            }
         )
     return runs
 
