@@ -283,6 +283,14 @@ REST_FRAMEWORK["EXCEPTION_HANDLER"] = "webui.api.errors.exception_handler"
 SPECTACULAR_SETTINGS["PATH_CONVERTER_OVERRIDES"] = {
     "id": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
 }
+# Batches, the runs filter and steps each have a "status" enum: one name each.
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
+    {
+        "BatchStatusEnum": "orchestrator.services.batches.BATCH_STATUSES",
+        "RunStatusEnum": "orchestrator.models.Run.Status",
+        "StepStatusEnum": "orchestrator.models.Step.Status",
+    }
+)
 SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = [
     "drf_spectacular.hooks.postprocess_schema_enums",
     "webui.api.schema.document_error_responses",
