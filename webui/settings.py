@@ -286,6 +286,14 @@ SPECTACULAR_SETTINGS["PATH_CONVERTER_OVERRIDES"] = {
 }
 # The compare API's change kinds are one enum, however many fields use them.
 SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"] = {"ChangeKindEnum": "orchestrator.wire.CHANGE_KINDS"}
+# Batches, the runs filter and steps each have a "status" enum: one name each.
+SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
+    {
+        "BatchStatusEnum": "orchestrator.services.batches.BATCH_STATUSES",
+        "RunStatusEnum": "orchestrator.models.Run.Status",
+        "StepStatusEnum": "orchestrator.models.Step.Status",
+    }
+)
 SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = [
     "drf_spectacular.hooks.postprocess_schema_enums",
     "webui.api.schema.document_error_responses",

@@ -62,6 +62,8 @@ ADVANCE_CHUNK: Final = 20
 """Items one ``batch_advance`` call makes replays for; the task sends itself again for more."""
 MAX_ITEM_ERROR_CHARS: Final = 1000
 
+BATCH_STATUSES: Final = ("creating", "running", "finished")
+"""A batch as read: replays being made, all made and some not finished, every one finished."""
 OVERRIDE_WORKER: Final = "worker"
 OVERRIDE_INSTRUCTION: Final = "instruction"
 MATCH_KINDS: Final = ("literal", "regex")

@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from orchestrator import selectors, wire
 from orchestrator.models import Project
 from orchestrator.services.batches import (
+    BATCH_STATUSES,
     MATCH_KINDS,
     MAX_BATCH_RUNS,
     MAX_NAME_CHARS,
@@ -129,7 +130,7 @@ class _BatchEntryFields(serializers.Serializer):
     created_at = serializers.CharField(allow_null=True)
     filters = serializers.DictField()
     override = serializers.DictField()
-    status = serializers.ChoiceField(choices=["creating", "running", "finished"])
+    status = serializers.ChoiceField(choices=list(BATCH_STATUSES))
     progress = BatchProgressOutputSerializer()
 
 
@@ -161,7 +162,7 @@ class BatchListCreateApi(APIView):
     project that ``filters`` matches (at most MAX_BATCH_RUNS) with ``override``, in the
     background (admins of the project)."""
 
-    class CreateInputSerializer(serializers.Serializer):
+    class BatchCreateInputSerializer(serializers.Serializer):
         project = WholeNumberField(min_value=1, max_value=MAX_ID, help_text="Id of the project.")
         filters = RunListCreateApi.FilterSerializer(
             required=False,
@@ -193,11 +194,11 @@ class BatchListCreateApi(APIView):
         operation_id="batches_create",
         description=f"At most {MAX_BATCH_RUNS} runs; 400 names the field of any bad input "
         "and nothing is created; 403 for members who are not admins of the project.",
-        request=CreateInputSerializer,
+        request=BatchCreateInputSerializer,
         responses={201: BatchOutputSerializer},
     )
     def post(self, request: Request) -> Response:
-        payload = self.CreateInputSerializer(data=request.data)
+        payload = self.BatchCreateInputSerializer(data=request.data)
         if not payload.is_valid():
             raise ValidationError(_flat_errors(payload.errors))
         data: dict[str, Any] = payload.validated_data
