@@ -302,7 +302,7 @@ def test_run_page_offers_cancel_only_to_who_may_cancel_and_names_every_step_stat
     html = client_in.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="run-cancel"' in html and f'action="/api/runs/{run.pk}/cancel/"' in html
     # The legend and the page's scripts take the statuses from the server.
-    legend = re.search(r'<ul id="graph-legend".*?</ul>', html, re.S).group(0)
+    legend = re.search(r'<div id="graph-legend".*?</ul>', html, re.S).group(0)
     for status in Step.Status:
         assert f"status-{status}" in legend
     assert '"step_finished": ["succeeded", "failed", "cancelled", "skipped"]' in html

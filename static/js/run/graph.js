@@ -640,7 +640,7 @@ export class GraphView {
 
   // One round's layout on the server's grid (orchestrator/graph.py): Cytoscape's breadthfirst
   // layout (directed, maximal: every step one layer right of the last step it reads) gives each
-  // step its layer; layers are columns left to right, a layer's steps rows by index centred on 0.
+  // step its layer; layers are columns left to right, a layer's steps rows by index centred on the round's middle (rounds stack down the page).
   roundLayout(steps, { top, hasPlan }) {
     const g = this.geometry;
     const positions = new Map();
