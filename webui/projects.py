@@ -52,10 +52,13 @@ def project_nav(request: HttpRequest) -> dict[str, Any]:
     if not getattr(request, "user", None) or not request.user.is_authenticated:
         return {}
     projects = SimpleLazyObject(lambda: selectors.user_projects(user=request.user))
-    return {
-        "nav_projects": projects,
-        "nav_project_id": SimpleLazyObject(lambda: getattr(current_project(request), "pk", None)),
-    }
+
+    def current_id() -> int | None:  # current_project's rule, on the projects already read
+        chosen = chosen_project_id(request)
+        ids = [project.pk for project in projects]
+        return chosen if chosen in ids else (ids[0] if ids else None)
+
+    return {"nav_projects": projects, "nav_project_id": SimpleLazyObject(current_id)}
 
 
 def _safe_next(request: HttpRequest, default: str) -> str:
