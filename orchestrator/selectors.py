@@ -592,10 +592,19 @@ LATENCY_SAMPLE = 20_000
 
 def user_projects(*, user: Any) -> list[Project]:
     """The user's projects by name, each with ``role`` set (superusers: every project, admin)."""
-    roles = user_roles(user=user)
-    projects = list(Project.objects.filter(pk__in=list(roles)).order_by("name", "id"))
-    for project in projects:
-        project.role = roles[project.pk]
+    if not getattr(user, "is_authenticated", False):
+        return []
+    if user.is_superuser:
+        projects = list(Project.objects.order_by("name", "id"))
+        for project in projects:
+            project.role = Membership.Role.ADMIN
+        return projects
+    # One query: the memberships with their projects.
+    memberships = Membership.objects.filter(user_id=user.pk).select_related("project")
+    projects = []
+    for membership in memberships.order_by("project__name", "project_id"):
+        membership.project.role = membership.role
+        projects.append(membership.project)
     return projects
 
 
