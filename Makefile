@@ -13,6 +13,8 @@ BENCHES := parse engine_overhead concurrency suite stored_overhead check_time ce
 BENCHES += openai_endpoint export
 # Two Daphne processes and two Celery workers, 1,000 websocket clients (PostgreSQL and Redis).
 BENCHES += live_fanout
+# The suite x 4 arms as an experiment (inline, 1 and 2 Celery workers); the scoreboard of 10,000 runs.
+BENCHES += experiment
 
 .PHONY: install demo serve test test-fast test-production bench clean lint
 
