@@ -30,7 +30,7 @@ from orchestrator.services.datasets import (
 )
 from webui.api.parsers import BoundedJSONParser
 from webui.api.runs import validation_error_from_django, visible_run_or_404
-from webui.api.serializers import TextField, WholeNumberField
+from webui.api.serializers import TagListField, TextField, WholeNumberField
 from webui.converters import MAX_ID
 
 ITEMS_SHOWN = 200
@@ -221,9 +221,7 @@ class DatasetItemFromRunApi(APIView):
     class InputSerializer(serializers.Serializer):
         run = WholeNumberField(min_value=1, max_value=MAX_ID)
         answer_as_reference = serializers.BooleanField(default=False)
-        tags = serializers.ListField(
-            child=TextField(max_length=50), required=False, default=list, max_length=20
-        )
+        tags = TagListField(required=False, default=list, max_length=20)
 
     @extend_schema(
         operation_id="datasets_add_item",
