@@ -35,6 +35,8 @@ from webui.api.serializers import (
 )
 from webui.converters import MAX_ID
 
+STATUS_HELP = "One of: " + ", ".join(str(status) for status in Experiment.Status) + "."
+
 
 def visible_experiment_or_404(*, request: Request, experiment_id: int) -> Experiment:
     experiment = selectors.experiment_get(user=request.user, experiment_id=experiment_id)
@@ -45,7 +47,7 @@ def visible_experiment_or_404(*, request: Request, experiment_id: int) -> Experi
 
 class ProgressOutputSerializer(serializers.Serializer):
     id = serializers.IntegerField()
-    status = serializers.ChoiceField(choices=Experiment.Status.choices)
+    status = serializers.CharField(help_text=STATUS_HELP)
     done = serializers.IntegerField(help_text="Runs (items × arms) finished.")
     total = serializers.IntegerField()
     error = serializers.CharField()
@@ -68,7 +70,7 @@ class ExperimentOutputSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
     dataset = serializers.IntegerField(source="dataset_id")
-    status = serializers.ChoiceField(choices=Experiment.Status.choices)
+    status = serializers.CharField(help_text=STATUS_HELP)
     progress = serializers.SerializerMethodField()
     sample = serializers.IntegerField(allow_null=True)
     seed = serializers.IntegerField()
@@ -113,7 +115,7 @@ class ExperimentListCreateApi(APIView):
     """``GET``: the experiments of the user's projects, newest first. ``POST``: start one (admins
     and reviewers of the dataset's project); it runs in the background."""
 
-    class CreateInputSerializer(serializers.Serializer):
+    class ExperimentCreateInputSerializer(serializers.Serializer):
         dataset = WholeNumberField(min_value=1, max_value=MAX_ID)
         arms = ArmListField(help_text=f"1 to {MAX_ARMS} arms.")
         sample = WholeNumberField(
@@ -169,11 +171,11 @@ class ExperimentListCreateApi(APIView):
 
     @extend_schema(
         operation_id="experiments_create",
-        request=CreateInputSerializer,
+        request=ExperimentCreateInputSerializer,
         responses={201: ExperimentDetailOutputSerializer},
     )
     def post(self, request: Request) -> Response:
-        payload = self.CreateInputSerializer(data=request.data)
+        payload = self.ExperimentCreateInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data: dict[str, Any] = payload.validated_data
         dataset = selectors.dataset_get(user=request.user, dataset_id=data["dataset"])
