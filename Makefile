@@ -18,6 +18,8 @@ BENCHES += replay
 BENCHES += compare
 # A batch replay of 200 runs through one, then two Celery workers (PostgreSQL and Redis).
 BENCHES += batch_replay
+# The suite x 4 arms as an experiment (inline, 1 and 2 Celery workers); the scoreboard of 10,000 runs.
+BENCHES += experiment
 
 .PHONY: install demo serve test test-fast test-production bench clean lint
 

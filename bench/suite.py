@@ -6,7 +6,8 @@ the bundled suite is a built-in dataset and each strategy an arm over the offlin
 every single worker; then reflection (3 review rounds) with the best single worker, and MoA with
 every other worker proposing and the best single worker aggregating. Per arm: accuracy (overall
 and per domain), tokens per task (in + out, the conductor's own calls included; "of workers"
-leaves those out), model calls and cost per task. Run from the repository root:
+leaves those out), model calls and cost per task. Last, the conductor again with the compact
+prompt (a pool whose ``conductor_prompt_style`` is "compact"). Run from the repository root:
 ``python -m bench.suite``. Ends with one JSON line.
 """
 
@@ -18,18 +19,22 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from bench._support import run_bench_child
 
 DOMAINS = ("arithmetic", "countdown", "code", "lookup")
+COMPACT_POOL = "Offline demo, compact conductor prompt (simulated)"
 
 
-def _experiment(arms: str) -> dict:
+def _experiment(arms: str, *extra: str) -> dict:
     from django.core.management import call_command
 
     out = io.StringIO()
-    call_command("experiment", "run", "--dataset", "suite", "--arms", arms, "--json", stdout=out)
+    call_command(
+        "experiment", "run", "--dataset", "suite", "--arms", arms, "--json", *extra, stdout=out
+    )
     return json.loads(out.getvalue().strip().splitlines()[-1])
 
 
@@ -66,6 +71,12 @@ def child() -> dict:
     singles = {int(row["label"].split(":")[1]): row for row in first["scoreboard"]["arms"][1:]}
     best = max(singles, key=lambda index: (singles[index]["accuracy"], -index))
     second = _experiment(f"reflection:{best},moa:{best}")
+    # The same conductor with the compact prompt (no worked examples), on a pool of its own.
+    compact_pool = replace(
+        demo_pool(latency=0), name=COMPACT_POOL, conductor_prompt_style="compact"
+    )
+    pool_sync_from_data(project=project, data=compact_pool)
+    third = _experiment("conductor", "--pool", COMPACT_POOL)
     seconds = time.perf_counter() - started
     rows = {"conductor (sim)": _figures(first["scoreboard"]["arms"][0])}
     for index, row in singles.items():
@@ -74,6 +85,7 @@ def child() -> dict:
     reflection, moa = second["scoreboard"]["arms"]
     rows[f"reflection x3: {best_name}"] = _figures(reflection)
     rows[f"moa: {len(workers) - 1} + {best_name}"] = _figures(moa)
+    rows["conductor, compact prompt (sim)"] = _figures(third["scoreboard"]["arms"][0])
     print(format_scoreboard(first["scoreboard"]), file=sys.stderr)
     print(format_scoreboard(second["scoreboard"]), file=sys.stderr)
     conductor, best_single = rows["conductor (sim)"], rows[f"single: {workers[best].name}"]
@@ -87,6 +99,10 @@ def child() -> dict:
         ),
         "conductor_tokens_over_moa_tokens": round(
             conductor["tokens_per_task"] / moa_row["tokens_per_task"], 3
+        ),
+        "compact_conductor_tokens_over_moa_tokens": round(
+            rows["conductor, compact prompt (sim)"]["tokens_per_task"] / moa_row["tokens_per_task"],
+            3,
         ),
         "conductor_cost_over_best_single_cost": round(
             conductor["cost_per_task"] / best_single["cost_per_task"], 3

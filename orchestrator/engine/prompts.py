@@ -242,16 +242,16 @@ round, so say in the instructions what needs fixing."""
 
 
 _COMPACT_ACCEPT = """\
-You are the conductor. Your workflow for this question has run. Accept its answer with three \
-empty lists (model_id = [], subtasks = [], access_list = []), or write a new workflow in the \
-same format, at most {max_steps} steps."""
+Accept the previous answer with three empty lists, or write a new workflow (at most \
+{max_steps} steps{binary})."""
 
 
 def _accept_prompt(settings: RunSettings) -> str:
     """The short system message of a later round: whether to accept the previous answer. It does
     not repeat the first round's explanations and examples."""
     if settings.prompt_style == "compact":
-        return _COMPACT_ACCEPT.format(max_steps=settings.max_steps)
+        binary = '; access only "all" or []' if settings.access_mode == "binary" else ""
+        return _COMPACT_ACCEPT.format(max_steps=settings.max_steps, binary=binary)
     access = _ACCESS_FINE if settings.access_mode == "fine" else _ACCESS_BINARY
     return "\n\n".join([_ACCEPT_INTRODUCTION.format(max_steps=settings.max_steps), access])
 
@@ -314,10 +314,8 @@ def _escape_markers(text: str) -> str:
 
 
 def _reminder(settings: RunSettings, round: int) -> str:
-    if settings.prompt_style == "compact":
-        binary = ', access entries only "all" or []' if settings.access_mode == "binary" else ""
-        reminder = f"The three lists: at most {settings.max_steps} steps{binary}."
-        return reminder + (" Or accept with three empty lists." if round > 0 else "")
+    if settings.prompt_style == "compact":  # the system message says it all
+        return ""
     if settings.access_mode == "fine":
         access = 'access entries "all", [] or lists of earlier step numbers'
     else:
@@ -363,7 +361,7 @@ def conductor_messages(
     ]
     if round > 0 and previous_answer is not None:
         sections += [PREVIOUS_ANSWER_MARKER, _escape_markers(previous_answer), ""]
-    sections += [WORKFLOW_MARKER, _reminder(settings, round)]
+    sections += [WORKFLOW_MARKER, *filter(None, [_reminder(settings, round)])]
     if kept:
         sections += ["", _kept_steps(kept)]
     system = _accept_prompt(settings) if later else _system_prompt(settings, max(1, len(workers)))

@@ -30,7 +30,7 @@ from orchestrator.services.datasets import (
 )
 from webui.api.parsers import BoundedJSONParser
 from webui.api.runs import validation_error_from_django, visible_run_or_404
-from webui.api.serializers import TextField, WholeNumberField
+from webui.api.serializers import TagListField, TextField, WholeNumberField
 from webui.converters import MAX_ID
 
 ITEMS_SHOWN = 200
@@ -86,7 +86,7 @@ class DatasetListCreateApi(APIView):
 
     parser_classes = [MultiPartParser, BoundedJSONParser]
 
-    class CreateInputSerializer(serializers.Serializer):
+    class DatasetCreateInputSerializer(serializers.Serializer):
         project = WholeNumberField(min_value=1, max_value=MAX_ID, help_text="Id of your project.")
         name = TextField(max_length=MAX_NAME_LENGTH)
         format = serializers.ChoiceField(
@@ -106,13 +106,13 @@ class DatasetListCreateApi(APIView):
     @extend_schema(
         operation_id="datasets_create",
         request={
-            "multipart/form-data": CreateInputSerializer,
-            "application/json": CreateInputSerializer,
+            "multipart/form-data": DatasetCreateInputSerializer,
+            "application/json": DatasetCreateInputSerializer,
         },
         responses={201: DatasetOutputSerializer},
     )
     def post(self, request: Request) -> Response:
-        payload = self.CreateInputSerializer(data=request.data)
+        payload = self.DatasetCreateInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data: dict[str, Any] = payload.validated_data
         upload = data.get("file")
@@ -156,16 +156,16 @@ class DatasetListCreateApi(APIView):
 class DatasetSuiteApi(APIView):
     """The project's built-in dataset of the bundled suite (made on first use)."""
 
-    class InputSerializer(serializers.Serializer):
+    class SuiteInputSerializer(serializers.Serializer):
         project = WholeNumberField(min_value=1, max_value=MAX_ID, help_text="Id of your project.")
 
     @extend_schema(
         operation_id="datasets_suite",
-        request=InputSerializer,
+        request=SuiteInputSerializer,
         responses={200: DatasetOutputSerializer},
     )
     def post(self, request: Request) -> Response:
-        payload = self.InputSerializer(data=request.data)
+        payload = self.SuiteInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         project = _project_or_400(request, payload.validated_data["project"])
         try:
@@ -218,20 +218,18 @@ class DatasetItemFromRunApi(APIView):
     """Add a run's question to a dataset of its project, with the run's reference or, with
     ``answer_as_reference`` (you mark the answer right), the run's answer as reference."""
 
-    class InputSerializer(serializers.Serializer):
+    class ItemFromRunInputSerializer(serializers.Serializer):
         run = WholeNumberField(min_value=1, max_value=MAX_ID)
         answer_as_reference = serializers.BooleanField(default=False)
-        tags = serializers.ListField(
-            child=TextField(max_length=50), required=False, default=list, max_length=20
-        )
+        tags = TagListField(required=False, default=list, max_length=20)
 
     @extend_schema(
         operation_id="datasets_add_item",
-        request=InputSerializer,
+        request=ItemFromRunInputSerializer,
         responses={201: DatasetItemOutputSerializer},
     )
     def post(self, request: Request, dataset_id: int) -> Response:
-        payload = self.InputSerializer(data=request.data)
+        payload = self.ItemFromRunInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
         dataset = visible_dataset_or_404(request=request, dataset_id=dataset_id)

@@ -27,8 +27,15 @@ from orchestrator.services.experiments import (
 )
 from webui.api.pagination import PagePagination
 from webui.api.runs import CHOICES, validation_error_from_django
-from webui.api.serializers import RunSummaryOutputSerializer, TextField, WholeNumberField
+from webui.api.serializers import (
+    RunSummaryOutputSerializer,
+    TagListField,
+    TextField,
+    WholeNumberField,
+)
 from webui.converters import MAX_ID
+
+STATUS_HELP = "One of: " + ", ".join(str(status) for status in Experiment.Status) + "."
 
 
 def visible_experiment_or_404(*, request: Request, experiment_id: int) -> Experiment:
@@ -40,7 +47,7 @@ def visible_experiment_or_404(*, request: Request, experiment_id: int) -> Experi
 
 class ProgressOutputSerializer(serializers.Serializer):
     id = serializers.IntegerField()
-    status = serializers.ChoiceField(choices=Experiment.Status.choices)
+    status = serializers.CharField(help_text=STATUS_HELP)
     done = serializers.IntegerField(help_text="Runs (items × arms) finished.")
     total = serializers.IntegerField()
     error = serializers.CharField()
@@ -63,7 +70,7 @@ class ExperimentOutputSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
     dataset = serializers.IntegerField(source="dataset_id")
-    status = serializers.ChoiceField(choices=Experiment.Status.choices)
+    status = serializers.CharField(help_text=STATUS_HELP)
     progress = serializers.SerializerMethodField()
     sample = serializers.IntegerField(allow_null=True)
     seed = serializers.IntegerField()
@@ -91,19 +98,26 @@ class ExperimentDetailOutputSerializer(ExperimentOutputSerializer):
         return dict(scoreboard.experiment_scoreboard(experiment=experiment))
 
 
+class ArmInputSerializer(serializers.Serializer):
+    strategy = serializers.ChoiceField(choices=CHOICES.strategies)
+    pool = WholeNumberField(min_value=1, max_value=MAX_ID)
+    options = serializers.DictField(required=False, default=dict)
+    label = TextField(required=False, allow_blank=True, default="", max_length=100)
+
+
+@extend_schema_field(ArmInputSerializer(many=True))
+class ArmListField(serializers.JSONField):
+    """The arms as given; each is checked by ArmInputSerializer in ``validate_arms``, so that an
+    error names the arm in one message instead of nesting by index."""
+
+
 class ExperimentListCreateApi(APIView):
     """``GET``: the experiments of the user's projects, newest first. ``POST``: start one (admins
     and reviewers of the dataset's project); it runs in the background."""
 
-    class ArmInputSerializer(serializers.Serializer):
-        strategy = serializers.ChoiceField(choices=CHOICES.strategies)
-        pool = WholeNumberField(min_value=1, max_value=MAX_ID)
-        options = serializers.DictField(required=False, default=dict)
-        label = TextField(required=False, allow_blank=True, default="", max_length=100)
-
-    class CreateInputSerializer(serializers.Serializer):
+    class ExperimentCreateInputSerializer(serializers.Serializer):
         dataset = WholeNumberField(min_value=1, max_value=MAX_ID)
-        arms = serializers.ListField(min_length=1, max_length=MAX_ARMS)
+        arms = ArmListField(help_text=f"1 to {MAX_ARMS} arms.")
         sample = WholeNumberField(
             required=False,
             allow_null=True,
@@ -113,8 +127,7 @@ class ExperimentListCreateApi(APIView):
             help_text="A random sample of this many items (drawn with seed); null: every item.",
         )
         seed = WholeNumberField(required=False, default=0, min_value=0, max_value=2**62)
-        tags = serializers.ListField(
-            child=TextField(max_length=50),
+        tags = TagListField(
             required=False,
             default=list,
             max_length=20,
@@ -122,9 +135,23 @@ class ExperimentListCreateApi(APIView):
         )
         name = TextField(required=False, allow_blank=True, default="", max_length=200)
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.fields["arms"].child = ExperimentListCreateApi.ArmInputSerializer()
+        def validate_arms(self, arms: list[Any]) -> list[dict[str, Any]]:
+            """Each arm checked by ArmInputSerializer; its errors come flat, naming the arm."""
+            if not isinstance(arms, list) or not 1 <= len(arms) <= MAX_ARMS:
+                raise serializers.ValidationError(f"Give a list of 1 to {MAX_ARMS} arms.")
+            checked = []
+            for index, arm in enumerate(arms):
+                serializer = ArmInputSerializer(data=arm)
+                if not serializer.is_valid():
+                    problems = "; ".join(
+                        f"{field}: {' '.join(map(str, messages))}"
+                        if isinstance(messages, list)
+                        else f"{field}: {messages}"
+                        for field, messages in serializer.errors.items()
+                    )
+                    raise serializers.ValidationError(f"Arm {index}: {problems}")
+                checked.append(serializer.validated_data)
+            return checked
 
     class FilterSerializer(serializers.Serializer):
         dataset = WholeNumberField(required=False, min_value=1, max_value=MAX_ID)
@@ -144,11 +171,11 @@ class ExperimentListCreateApi(APIView):
 
     @extend_schema(
         operation_id="experiments_create",
-        request=CreateInputSerializer,
+        request=ExperimentCreateInputSerializer,
         responses={201: ExperimentDetailOutputSerializer},
     )
     def post(self, request: Request) -> Response:
-        payload = self.CreateInputSerializer(data=request.data)
+        payload = self.ExperimentCreateInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data: dict[str, Any] = payload.validated_data
         dataset = selectors.dataset_get(user=request.user, dataset_id=data["dataset"])

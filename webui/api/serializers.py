@@ -292,3 +292,26 @@ class StrictBooleanField(serializers.BooleanField):
         if not isinstance(data, bool):
             self.fail("invalid", input=data)
         return data
+
+
+class TagListField(serializers.ListField):
+    """A list of tags, each 1 to ``max_tag_length`` characters of text; errors come flat (one
+    message naming the bad entry), not keyed by index, as the schema's 400 says."""
+
+    def __init__(self, *, max_tag_length: int = 50, **kwargs):
+        self.max_tag_length = max_tag_length
+        super().__init__(child=serializers.CharField(max_length=max_tag_length), **kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, list):
+            self.fail("not_a_list", input_type=type(data).__name__)
+        tags = []
+        for index, tag in enumerate(data):
+            if not isinstance(tag, str) or not tag.strip() or len(tag) > self.max_tag_length:
+                raise serializers.ValidationError(
+                    f"Entry {index}: give a tag of 1 to {self.max_tag_length} characters."
+                )
+            tags.append(tag.strip())
+        if self.max_length is not None and len(tags) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
+        return tags
