@@ -107,6 +107,7 @@ def replay_create(
             reference=source.reference,
             grader=source.grader,
             worker_params=source.worker_params,
+            depth=source.depth,  # a run started through /v1 keeps its place in the recursion
             created_by=actor if getattr(actor, "is_authenticated", False) else None,
             replay_of=source,
             edits=stored,

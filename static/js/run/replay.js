@@ -109,6 +109,10 @@ export class ReplayControls {
     const instruction = element("textarea", { name: "instruction", id: "replay-instruction", rows: "5", required: true });
     instruction.value = step.instruction;
     const worker = element("select", { name: "worker", id: "replay-worker" });
+    if (!this.context.workers.some((option) => option.name === step.worker)) {
+      // Its worker is no longer enabled: the replay needs another one, chosen on purpose.
+      worker.append(element("option", { value: "", selected: true }, `${step.worker} (no longer enabled)`));
+    }
     for (const option of this.context.workers) {
       const item = element("option", { value: option.id }, option.name);
       if (option.name === step.worker) item.selected = true;
