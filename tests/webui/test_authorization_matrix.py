@@ -138,17 +138,17 @@ MATRIX: dict[tuple[str, str], tuple[int, ...]] = {
     ("api/keys/", "POST"): (NO, 400, 400, 400, 400, 400),
     ("api/keys/<id:key_id>/revoke/", "POST"): (NO, 404, 404, 404, 200, 404),
     ("api/export/trajectories.jsonl", "GET"): (NO, 200, 200, 200, 200, 200),
-    ("api/^(?s:.*)/$", "GET"): (404, 404, 404, 404, 404, 404),
+    ("api/^[\\s\\S]*/$", "GET"): (404, 404, 404, 404, 404, 404),
     # OpenAI-compatible endpoint: its own keys, never a session
     ("v1/models", "GET"): (NOKEY, NOKEY, NOKEY, NOKEY, NOKEY, NOKEY),
     ("v1/models/<path:model>", "GET"): (NOKEY, NOKEY, NOKEY, NOKEY, NOKEY, NOKEY),
     ("v1/chat/completions", "POST"): (NOKEY, NOKEY, NOKEY, NOKEY, NOKEY, NOKEY),
-    ("v1/^(?s:.*)$", "GET"): (404, 404, 404, 404, 404, 404),
+    ("v1/^[\\s\\S]*$", "GET"): (404, 404, 404, 404, 404, 404),
     # The Django admin: superusers only (every other role is sent to its login page)
     ("admin/", "ADMIN"): (LOGIN, LOGIN, LOGIN, LOGIN, LOGIN, 200),
 }
 # Where a regular-expression route is tried (it has no parameters to fill in).
-SAMPLE_PATHS = {"api/^(?s:.*)/$": "/api/no/such/thing/", "v1/^(?s:.*)$": "/v1/no/such/thing"}
+SAMPLE_PATHS = {"api/^[\\s\\S]*/$": "/api/no/such/thing/", "v1/^[\\s\\S]*$": "/v1/no/such/thing"}
 # What the websocket route answers each role: its snapshot, or a refusal (close 4403).
 WEBSOCKET = {
     "ws/runs/<int:run_id>/": ("closed", "snapshot", "snapshot", "closed", "snapshot", "snapshot")

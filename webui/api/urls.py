@@ -199,5 +199,5 @@ urlpatterns = [
     path("batches/", BatchListCreateApi.as_view(), name="api-batch-list"),
     path("batches/<id:batch_id>/", BatchDetailApi.as_view(), name="api-batch-detail"),
     # Last: anything else under /api/ is the API's own 404.
-    re_path(r"^(?s:.*)/$", api_not_found),
+    re_path(r"^[\s\S]*/$", api_not_found),
 ]
