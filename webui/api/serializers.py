@@ -246,3 +246,22 @@ class RunDetailOutputSerializer(RunSummaryOutputSerializer):
     end_user = serializers.CharField(help_text="The `user` a /v1 client sent, if any.")
     plans = PlanOutputSerializer(many=True)
     steps = StepWithResponseOutputSerializer(many=True)
+
+
+class NumberField(serializers.FloatField):
+    """A number written as one: DRF's FloatField also takes true, "0.5" and " 1", which the
+    schema (type number) does not admit."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """true or false: DRF's BooleanField also takes 1, "yes" and "on"."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
