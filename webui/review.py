@@ -114,7 +114,6 @@ def review_queue(request: HttpRequest) -> HttpResponse:
             for project in projects
         },
         "can_review": [pk for pk, role in roles.items() if role in review_roles],
-        "api_root": reverse("api-run-list").removesuffix("runs/"),
     }
     single = projects[0] if len(projects) == 1 else None
     # Admins configure their projects' failure kinds here.

@@ -251,13 +251,15 @@ def review_resolve(
 
 
 def review_reopen(*, actor: Any, run: Run) -> wire.Review:
-    """Undo a resolution: the run is back in the queue if it qualifies. Audited."""
+    """Undo a resolution: the run is back in the queue if it qualifies. Audited. Nothing
+    changes (and nothing is sent) if the review is not resolved."""
     _require_reviewer(actor, run.project_id)
     with transaction.atomic():
         _lock_run(run)
         review = _review_row(run)
         if review.resolved_at is None:
-            raise ValidationError({"resolved": ["This run's review is not resolved."]})
+            _, labels = run_review(run_id=run.pk)
+            return wire.review_data(review, labels)
         before = _resolution_fields(review)
         review.resolved_at = None
         review.resolved_by = None

@@ -24,8 +24,12 @@ from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from orchestrator.models import Membership, Step
+from orchestrator.models import Membership, Run, Step
 from orchestrator.services.api_keys import api_key_create
+from orchestrator.services.batches import batch_create
+from orchestrator.services.datasets import dataset_ensure_suite
+from orchestrator.services.experiments import experiment_create, parse_arms
+from orchestrator.services.review import comment_create, failure_kinds_ensure
 from orchestrator.services.runs import run_create
 from tests.factories import make_member, make_project, make_step, make_user
 from webui.consumers import CLOSE_REFUSED
@@ -221,6 +225,22 @@ def build_world():
     run = run_create(pool=pool, input="What is 2 + 3?", enqueue=False)
     make_step(run=run, worker=pool.workers.first())
     api_key, _ = api_key_create(user=users["admin"], project=project, name="matrix")
+    kind = failure_kinds_ensure(project=project)[-1]
+    comment = comment_create(actor=users["admin"], run=run, body="A comment.")
+    dataset = dataset_ensure_suite(project=project)
+    experiment = experiment_create(
+        dataset=dataset, arms=parse_arms("single:0", pool=pool), sample=1, enqueue=False
+    )
+    # A finished run of the project for a batch to replay (the run above stays queued).
+    failed = run_create(pool=pool, input="What is 3 + 4?", enqueue=False)
+    Run.objects.filter(pk=failed.pk).update(status=Run.Status.FAILED)
+    batch = batch_create(
+        project=project,
+        actor=users["admin"],
+        filters={},
+        override={"kind": "instruction", "match": "literal", "pattern": "a", "replacement": "b"},
+        enqueue=False,
+    )
     values = {
         "run_id": run.pk,
         "step_id": Step.objects.filter(run=run).first().pk,
@@ -233,6 +253,11 @@ def build_world():
         "uidb64": "MQ",
         "token": "set-password",
         "model": pool.api_slug,
+        "kind_id": kind.pk,
+        "comment_id": comment.pk,
+        "dataset_id": dataset.pk,
+        "experiment_id": experiment.pk,
+        "batch_id": batch.pk,
     }
     return users, values
 

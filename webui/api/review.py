@@ -28,7 +28,14 @@ from orchestrator.models import Project, Run, Step
 from orchestrator.services import review as services
 from webui.api.pagination import MAX_PAGE, PagePagination
 from webui.api.runs import RunListCreateApi, validation_error_from_django, visible_run_or_404
-from webui.api.serializers import RunSummaryOutputSerializer, TextField, WholeNumberField, follows
+from webui.api.serializers import (
+    NumberField,
+    RunSummaryOutputSerializer,
+    StrictBooleanField,
+    TextField,
+    WholeNumberField,
+    follows,
+)
 from webui.converters import MAX_ID
 
 # A run "gives a wrong answer" below this score (the human score where set, else the grader's).
@@ -277,7 +284,7 @@ class RunScoreApi(APIView):
     """Set a run's human score (0: wrong, 1: right), or clear it with null."""
 
     class ScoreInputSerializer(serializers.Serializer):
-        score = serializers.FloatField(allow_null=True, min_value=0.0, max_value=1.0)
+        score = NumberField(allow_null=True, min_value=0.0, max_value=1.0)
 
     @extend_schema(
         operation_id="runs_score_update",
@@ -301,7 +308,7 @@ class RunFlagApi(APIView):
     """Flag a run for review (it enters the review queue), or take the flag off."""
 
     class FlagInputSerializer(serializers.Serializer):
-        flagged = serializers.BooleanField()
+        flagged = StrictBooleanField()
 
     @extend_schema(
         operation_id="runs_flag_update",
