@@ -18,7 +18,7 @@ from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -43,6 +43,9 @@ DEFAULT_THRESHOLD = selectors.REVIEW_SCORE_THRESHOLD
 MAX_INSIGHT_DAYS = 365
 
 
+REVIEW_WRITERS = selectors.ROLES_THAT_RUN
+
+
 def _call(function, **arguments: Any) -> Any:
     """Call a review service; its refusals become the API's statuses (400 keyed by field, 404)."""
     try:
@@ -51,6 +54,13 @@ def _call(function, **arguments: Any) -> Any:
         raise validation_error_from_django(error) from error
     except ObjectDoesNotExist as error:
         raise Http404(str(error)) from error
+
+
+def _reviewer_or_403(request: Request, run: Any) -> None:
+    """Refuse a member who may only read before looking at what they sent, so a viewer's write
+    is a 403 whatever its body (the service checks the role again)."""
+    if selectors.user_role(user=request.user, project=run.project_id) not in REVIEW_WRITERS:
+        raise PermissionDenied("Only reviewers and admins of the project may do this.")
 
 
 # Output ------------------------------------------------------------------------------------------
@@ -158,6 +168,7 @@ class RunCommentListCreateApi(APIView):
     )
     def post(self, request: Request, run_id: int) -> Response:
         run = visible_run_or_404(request=request, run_id=run_id)
+        _reviewer_or_403(request, run)
         payload = self.CommentCreateInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         step = None
@@ -195,6 +206,8 @@ class CommentDetailApi(APIView):
     )
     def patch(self, request: Request, comment_id: int) -> Response:
         comment = self._comment(request, comment_id)
+        if comment.author_id != request.user.pk:
+            raise PermissionDenied("Only its author may edit a comment.")
         payload = self.CommentEditInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         comment = _call(
@@ -227,6 +240,7 @@ class RunLabelAddApi(APIView):
     )
     def post(self, request: Request, run_id: int) -> Response:
         run = visible_run_or_404(request=request, run_id=run_id)
+        _reviewer_or_403(request, run)
         payload = self.LabelAddInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         kind = selectors.failure_kind_get(user=request.user, kind_id=payload.validated_data["kind"])
@@ -244,6 +258,7 @@ class RunLabelRemoveApi(APIView):
     )
     def delete(self, request: Request, run_id: int, kind_id: int) -> Response:
         run = visible_run_or_404(request=request, run_id=run_id)
+        _reviewer_or_403(request, run)
         kind = selectors.failure_kind_get(user=request.user, kind_id=kind_id)
         if kind is None or kind.project_id != run.project_id:
             raise Http404("No such failure kind in this run's project.")
@@ -266,6 +281,7 @@ class RunAssignApi(APIView):
     )
     def put(self, request: Request, run_id: int) -> Response:
         run = visible_run_or_404(request=request, run_id=run_id)
+        _reviewer_or_403(request, run)
         payload = self.AssignInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         username = payload.validated_data["assignee"]
@@ -293,6 +309,7 @@ class RunScoreApi(APIView):
     )
     def put(self, request: Request, run_id: int) -> Response:
         run = visible_run_or_404(request=request, run_id=run_id)
+        _reviewer_or_403(request, run)
         payload = self.ScoreInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         review = _call(
@@ -317,6 +334,7 @@ class RunFlagApi(APIView):
     )
     def put(self, request: Request, run_id: int) -> Response:
         run = visible_run_or_404(request=request, run_id=run_id)
+        _reviewer_or_403(request, run)
         payload = self.FlagInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         review = _call(
@@ -352,6 +370,7 @@ class RunResolutionApi(APIView):
     )
     def put(self, request: Request, run_id: int) -> Response:
         run = visible_run_or_404(request=request, run_id=run_id)
+        _reviewer_or_403(request, run)
         payload = self.ResolveInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         fixed_by = None
@@ -377,6 +396,7 @@ class RunResolutionApi(APIView):
     )
     def delete(self, request: Request, run_id: int) -> Response:
         run = visible_run_or_404(request=request, run_id=run_id)
+        _reviewer_or_403(request, run)
         review = _call(services.review_reopen, actor=request.user, run=run)
         return Response(ReviewOutputSerializer(review).data)
 
