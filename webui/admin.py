@@ -14,6 +14,7 @@ from django.forms.fields import InvalidJSONInput
 from orchestrator import selectors
 from orchestrator.models import (
     ApiKey,
+    AuditEntry,
     Membership,
     Plan,
     Pool,
@@ -273,3 +274,18 @@ class ApiKeyAdmin(ReadOnlyAdmin):
     def revoke(self, request, queryset) -> None:
         for api_key in queryset.filter(revoked_at__isnull=True):
             api_key_revoke(user=api_key.user, key_id=api_key.pk)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    """The audit log, every project's: read only, and never deleted (projects' admins read their
+    own at /audit/)."""
+
+    list_display = ("created_at", "project", "actor_name", "action", "target_type", "target_label")
+    list_filter = ("action", "project")
+    search_fields = ("actor_name", "action", "target_label")
+    list_select_related = ("project",)
+    show_full_result_count = False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
