@@ -50,20 +50,22 @@ REQUEUE_KEY_PREFIX = "conductor:run-requeued:"
 # Errors that mean "the database is not available right now", not "this run is broken".
 DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 STALE_RUNS_PER_SWEEP = 1000
+# A task that executes long work and may be delivered again: acknowledged only once it returns,
+# redelivered when its worker is lost, and retried with backoff while the database is away.
+RESUMABLE_TASK = {
+    "bind": True,
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "ignore_result": True,
+    "max_retries": None,
+    "autoretry_for": DATABASE_UNAVAILABLE,
+    "retry_backoff": 1,
+    "retry_backoff_max": 60,
+    "retry_jitter": True,
+}
 
 
-@shared_task(
-    bind=True,
-    name=RUN_EXECUTE_TASK,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    ignore_result=True,
-    max_retries=None,
-    autoretry_for=DATABASE_UNAVAILABLE,
-    retry_backoff=1,
-    retry_backoff_max=60,
-    retry_jitter=True,
-)
+@shared_task(name=RUN_EXECUTE_TASK, **RESUMABLE_TASK)
 def run_execute_task(self: Task, run_id: int) -> None:
     """Execute (or resume) run ``run_id``. Idempotent: a finished or missing run is a no-op."""
     from orchestrator.services.runs import run_execute  # the engine loads only when a run does
@@ -116,18 +118,7 @@ def runs_requeue_stale_task() -> None:
         run_enqueue(run_id=run_id)
 
 
-@shared_task(
-    bind=True,
-    name=EXPERIMENT_EXECUTE_TASK,
-    acks_late=True,
-    reject_on_worker_lost=True,
-    ignore_result=True,
-    max_retries=None,
-    autoretry_for=DATABASE_UNAVAILABLE,
-    retry_backoff=1,
-    retry_backoff_max=60,
-    retry_jitter=True,
-)
+@shared_task(name=EXPERIMENT_EXECUTE_TASK, **RESUMABLE_TASK)
 def experiment_execute_task(self: Task, experiment_id: int) -> None:
     """Execute trials of experiment ``experiment_id`` one at a time until none is left to claim.
     Several run side by side (on any workers); a redelivery after a lost worker goes on with the
