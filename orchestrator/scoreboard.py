@@ -309,10 +309,13 @@ def _first_line(text: str, limit: int = 160) -> str:
 
 
 def dataset_export_lines(*, items: Iterable[DatasetItem], format: str) -> Iterable[str]:
-    """A dataset's items as JSONL lines or CSV rows (header first), as import reads them."""
+    """A dataset's items as JSONL lines or CSV rows (header first), as import reads them. CSV
+    cells that a spreadsheet would run as formulas are written as text (``spreadsheet``)."""
     import csv
     import io
     import json
+
+    from orchestrator.spreadsheet import cell_out
 
     if format == "jsonl":
         for item in items:
@@ -333,7 +336,8 @@ def dataset_export_lines(*, items: Iterable[DatasetItem], format: str) -> Iterab
     writer = csv.writer(buffer)
     writer.writerow(["input", "reference", "grader", "tags"])
     for item in items:
-        writer.writerow([item.input, item.reference, item.grader, ",".join(item.tags or [])])
+        row = [item.input, item.reference, item.grader, ",".join(item.tags or [])]
+        writer.writerow([cell_out(value) for value in row])
         if buffer.tell() > 64 * 1024:
             yield buffer.getvalue()
             buffer.seek(0)

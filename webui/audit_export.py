@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from orchestrator.models import AuditEntry
+from orchestrator.spreadsheet import cell_out
 
 CSV_COLUMNS = (
     "time",
@@ -21,8 +22,6 @@ CSV_COLUMNS = (
     "before",
     "after",
 )
-# A spreadsheet runs a cell that starts with one of these as a formula.
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 CHUNK_ROWS = 500
 
 
@@ -49,11 +48,6 @@ def entry_changes(entry: AuditEntry) -> list[tuple[str, str, str]]:
     ]
 
 
-def _cell(value: Any) -> str:
-    text = "" if value is None else str(value)
-    return "'" + text if text.startswith(_FORMULA_START) else text
-
-
 class _Line:
     def write(self, value: str) -> str:
         return value
@@ -74,4 +68,4 @@ def csv_lines(entries: Iterable[AuditEntry]) -> Iterator[str]:
             entry.target_label,
         ]
         for field, before, after in entry_changes(entry) or [("", "", "")]:
-            yield writer.writerow([_cell(value) for value in (*head, field, before, after)])
+            yield writer.writerow([cell_out(value) for value in (*head, field, before, after)])

@@ -60,6 +60,12 @@ class PoolForm(forms.Form):
         help_text="The name of the environment variable that holds the key, never the key.",
     )
     conductor_params = ParamsField(label="Conductor parameters (JSON)")
+    conductor_prompt_style = forms.ChoiceField(
+        choices=Pool._meta.get_field("conductor_prompt_style").choices,
+        initial="full",
+        label="Conductor prompt",
+        help_text=Pool._meta.get_field("conductor_prompt_style").help_text,
+    )
     max_steps = forms.IntegerField(
         min_value=1, max_value=MAX_STEPS, initial=5, label="Max steps per round"
     )

@@ -24,6 +24,7 @@ from orchestrator.models import Dataset, DatasetItem, Membership, Project, Run
 from orchestrator.selectors import user_can_run, user_role
 from orchestrator.services.audit import audit_record
 from orchestrator.services.runs import default_grader, text_size_problem
+from orchestrator.spreadsheet import cell_in
 
 FORMATS = ("jsonl", "csv")
 ITEM_FIELDS = ("input", "reference", "grader", "tags")
@@ -167,7 +168,7 @@ def _csv_rows(text: str) -> Iterable[tuple[int, Any, str]]:
         if len(cells) != len(names):
             yield reader.line_num, None, f"{len(cells)} cells, but the header has {len(names)}"
             continue
-        yield reader.line_num, dict(zip(names, cells, strict=True)), ""
+        yield reader.line_num, dict(zip(names, map(cell_in, cells), strict=True)), ""
 
 
 def dataset_parse(*, content: bytes, format: str) -> list[ItemData]:

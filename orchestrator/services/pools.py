@@ -86,6 +86,7 @@ POOL_EDITABLE = (
     "conductor_api_base",
     "conductor_api_key_env",
     "conductor_params",
+    "conductor_prompt_style",
     "max_steps",
     "max_rounds",
     "access_mode",

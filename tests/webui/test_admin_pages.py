@@ -21,7 +21,8 @@ def form_data(pool: Pool, rows: list[dict], **changes) -> dict:
     data = {
         "name": pool.name, "description": pool.description,
         "conductor_model": pool.conductor_model, "conductor_api_base": "",
-        "conductor_api_key_env": "", "conductor_params": "{}", "max_steps": pool.max_steps,
+        "conductor_api_key_env": "", "conductor_params": "{}",
+        "conductor_prompt_style": pool.conductor_prompt_style, "max_steps": pool.max_steps,
         "max_rounds": pool.max_rounds, "access_mode": pool.access_mode,
         "show_worker_names": "on", "step_timeout": pool.step_timeout,
         "token_budget": pool.token_budget or "", "cost_budget": pool.cost_budget or "",
@@ -56,13 +57,16 @@ def test_an_admin_edits_a_pool_and_its_workers_in_one_form(client, project, proj
            "price_out": 0, "description": "A local model.", "enabled": "on"}  # fmt: skip
     rows = [row_of(first, 3, enabled=None), row_of(second, 2), new]
     response = client.post(
-        reverse("pool-detail", args=[pool.pk]), form_data(pool, rows, max_rounds=4)
+        reverse("pool-detail", args=[pool.pk]),
+        form_data(pool, rows, max_rounds=4, conductor_prompt_style="compact"),
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     names = list(pool.workers.order_by("position").values_list("name", "enabled"))
     assert names == [("Local", True), (second.name, True), (first.name, False)]
-    assert Pool.objects.get(pk=pool.pk).max_rounds == 4
+    saved = Pool.objects.get(pk=pool.pk)
+    assert (saved.max_rounds, saved.conductor_prompt_style) == (4, "compact")
     page = client.get(reverse("pool-detail", args=[pool.pk])).content.decode()
+    assert '<option value="compact" selected>' in page
     assert "not set on this server: LOCAL_KEY" in page and "Test connection" in page
     actions = set(AuditEntry.objects.values_list("action", flat=True))
     assert {"pool.update", "worker.create", "worker.disable", "pool.reorder"} <= actions

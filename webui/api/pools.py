@@ -135,6 +135,12 @@ class PoolCreateInputSerializer(serializers.Serializer):
         required=False,
         help_text=f"Call parameters, a JSON object of at most {MAX_PARAMS_BYTES} bytes.",
     )
+    conductor_prompt_style = serializers.ChoiceField(
+        choices=Pool._meta.get_field("conductor_prompt_style").choices,
+        required=False,
+        help_text="full: worked examples, for general chat models; compact: the format only, "
+        "for conductors fine-tuned on it.",
+    )
     max_steps = WholeNumberField(min_value=1, max_value=MAX_STEPS, required=False)
     max_rounds = WholeNumberField(min_value=1, max_value=MAX_POOL_ROUNDS, required=False)
     access_mode = serializers.ChoiceField(choices=Pool.AccessMode.choices, required=False)
@@ -205,6 +211,7 @@ class PoolDetailOutputSerializer(serializers.Serializer):
     )
     conductor_params = serializers.DictField()
     conductor_key_missing = serializers.SerializerMethodField()
+    conductor_prompt_style = serializers.CharField()
     max_steps = serializers.IntegerField()
     max_rounds = serializers.IntegerField()
     access_mode = serializers.CharField()

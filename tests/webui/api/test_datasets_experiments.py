@@ -55,6 +55,40 @@ def test_upload_a_file_then_export_it(api_as, project, reviewer):
     assert [item["input"] for item in detail["items"]] == ["What is 6 * 7?", "Capital of Peru?"]
 
 
+def test_a_csv_export_opens_safely_in_a_spreadsheet_and_imports_as_it_was(
+    api_as, project, reviewer
+):
+    items = [
+        {"input": '=HYPERLINK("http://x.invalid","click")', "reference": "-3", "tags": ["f"]},
+        {"input": "+1 and @SUM(A1)?", "reference": "'quoted'", "tags": []},
+    ]
+    client = api_as(reviewer)
+    first = client.post(
+        DATASETS,
+        {
+            "project": project.pk,
+            "name": "Formulas",
+            "format": "jsonl",
+            "content": "\n".join(json.dumps(item) for item in items),
+        },
+        format="json",
+    )
+    assert first.status_code == 201, first.json()
+    exported = client.get(reverse("api-dataset-export", args=[first.json()["id"]]) + "?kind=csv")
+    text = b"".join(exported.streaming_content).decode()
+    cells = [line.split(",")[0] for line in text.splitlines()[1:]]
+    assert cells[0].startswith("\"'=HYPERLINK") and cells[1] == "'+1 and @SUM(A1)?"
+    upload = SimpleUploadedFile("back.csv", text.encode(), content_type="text/csv")
+    again = client.post(
+        DATASETS, {"project": project.pk, "name": "Again", "file": upload}, format="multipart"
+    )
+    assert again.status_code == 201, again.json()
+    detail = client.get(reverse("api-dataset-detail", args=[again.json()["id"]])).json()
+    assert [(i["input"], i["reference"]) for i in detail["items"]] == [
+        (item["input"], item["reference"]) for item in items
+    ]
+
+
 def test_bad_lines_are_listed_and_nothing_is_stored(api_as, project, reviewer):
     content = "input,reference\nfine?,yes\n,no question\nok?,a,b\n"
     response = api_as(reviewer).post(

@@ -27,12 +27,23 @@ def test_an_admin_creates_a_pool_and_adds_workers(api_as, project, project_admin
     client = api_as(project_admin)
     created = client.post(
         reverse("api-pool-list"),
-        {"project": project.slug, "name": "Research", "max_rounds": 3, "cost_budget": None},
+        {
+            "project": project.slug,
+            "name": "Research",
+            "max_rounds": 3,
+            "cost_budget": None,
+            "conductor_prompt_style": "compact",
+        },
         format="json",
     )
     assert created.status_code == 201, created.json()
     pool_id = created.json()["id"]
-    assert (created.json()["max_rounds"], created.json()["cost_budget"]) == (3, None)
+    body = created.json()
+    assert (body["max_rounds"], body["cost_budget"], body["conductor_prompt_style"]) == (
+        3,
+        None,
+        "compact",
+    )
     worker = client.post(reverse("api-worker-create", args=[pool_id]), WORKER, format="json")
     assert worker.status_code == 201 and worker.json()["position"] == 0
     detail = client.get(reverse("api-pool-detail", args=[pool_id])).json()
@@ -51,6 +62,7 @@ def test_an_admin_creates_a_pool_and_adds_workers(api_as, project, project_admin
         ({"conductor_params": {"api_key": "sk"}}, "conductor_params"),
         ({"conductor_params": "not json"}, "conductor_params"),
         ({"name": "x" * 101}, "name"),
+        ({"conductor_prompt_style": "verbose"}, "conductor_prompt_style"),
     ],
 )
 def test_bad_pool_changes_get_a_400_naming_the_field(api_as, sim_pool, project_admin, body, field):
