@@ -49,6 +49,17 @@ def test_the_accept_round_is_short_and_resends_no_examples(style):
     if style == "compact":  # the workers by name only: their descriptions came in round 0
         assert "Skills:" not in later[1]["content"]
         assert prompt_tokens(later) < 200
+    else:  # the workers again, with their descriptions: a new workflow has to choose them
+        assert later[1]["content"].count("Skills:") == len(WORKERS)
+
+
+def test_the_full_style_stays_lean_on_the_demo_pool():
+    """The system messages the full style adds to the pool and the question in each round: one
+    short worked example in the first round, one paragraph in the accept round (the suite's
+    token figure in docs/PERFORMANCE.md rests on these sizes)."""
+    first, later = messages("full"), messages("full", round=1)
+    assert prompt_tokens(first[:1]) < 400
+    assert prompt_tokens(later[:1]) < 150
 
 
 @pytest.mark.parametrize("style", ["full", "compact"])
