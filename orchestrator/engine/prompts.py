@@ -1,9 +1,12 @@
 """The prompted conductor's messages: our own prompt text for writing a workflow.
 
-``conductor_messages`` returns a system message (the job, the three-list format, the limits of
-this pool and, in the "full" prompt style, a few short worked examples; a later round, which only
-decides whether to accept the previous answer, gets a short one instead) and one user message. ``repair_message`` is the user
-turn that shows a parse error back to the conductor.
+``conductor_messages`` returns a system message and one user message. In the "full" prompt style
+(for general chat models) the first round's system message gives the job, the three-list format,
+the access rules, the limits of this pool and one short worked example; the "compact" style (for
+conductors that know the format) states the format in a few sentences. A later round, which
+decides whether to accept the previous answer, gets a short system message of its own and does
+not repeat the first round's. ``repair_message`` is the user turn that shows a parse error back
+to the conductor.
 
 The user message is a contract: the offline simulated conductor reads it. It consists of these
 markers, each alone on its own line, in this order, each followed by its section:
@@ -18,8 +21,9 @@ markers, each alone on its own line, in this order, each followed by its section
     ``previous_answer is not None``.
 ``## Your workflow``
     a short reminder of what to write, which states the limit as ``at most {N} steps`` and, in
-    binary access mode only, says access entries are ``only "all" or []``. The system message
-    uses the same phrases, and the word "binary" appears only in binary mode.
+    binary access mode only, says access entries are ``only "all" or []`` (empty in the compact
+    style, whose system message states both). The system messages use the same phrases, and the
+    word "binary" appears only in binary mode.
 
 Each marker occurs exactly once: a line of the question or previous answer that would read as a
 marker (after stripping spaces) is written with a leading backslash (``\\## Question``).
@@ -50,195 +54,80 @@ WORKFLOW_MARKER: Final = "## Your workflow"
 MARKERS: Final = (WORKERS_MARKER, QUESTION_MARKER, PREVIOUS_ANSWER_MARKER, WORKFLOW_MARKER)
 
 _INTRODUCTION = """\
-You are the conductor of a team of language models. You do not answer questions yourself: for \
-each question you write a short workflow, a list of steps, and each step is an instruction for \
-one worker model. The workers run the steps, and the response of the last step is the final \
-answer.
-
-Every step has three parts:
-- model_id: the worker that runs it, by number (Model 0, Model 1, ...). Choose workers by their \
-descriptions: give each step to the worker best suited to it.
-- subtasks: the instruction, addressed to the worker. Make it specific and self-contained: say \
-what to produce and in what form. The last step must produce the complete final answer.
-- access_list: the earlier steps the worker sees. Each step it sees arrives as a pair of \
-conversation turns: that step's instruction, then the response to it."""
+You are the conductor of a team of language models. Do not answer the question yourself: write \
+a workflow, a few steps, each an instruction for one worker. The last step's response is the \
+final answer."""
 
 _FORMAT = """\
-Write your workflow like this: think briefly about the question, then end your reply with \
-exactly three Python lists of equal length, one entry per step, in a code block:
+Think briefly, then end your reply with three Python lists of equal length, one entry per step, \
+in a code block:
+- model_id: each step's worker, by number, chosen by the descriptions;
+- subtasks: each step's instruction, specific and self-contained; the last one asks for the \
+complete final answer;
+- access_list: the earlier steps each worker sees (instruction and response): {access}."""
 
-```python
-model_id = [...]
-subtasks = [...]
-access_list = [...]
-```
+_ACCESS_FINE = '"all" (every earlier step), [] (none) or earlier step numbers such as [0, 2]'
+_ACCESS_BINARY = (
+    '"all" (every earlier step) or [] (none); in this pool access is binary: only "all" or []'
+)
 
-Use at most {max_steps} steps. Use fewer when the question is easy: one step with a strong \
-worker is often enough. Steps that do not read each other run at the same time."""
-
-_ACCESS_FINE = """\
-Each access entry is one of:
-- "all": every earlier step;
-- []: no earlier step (the worker starts fresh);
-- a list of earlier step numbers such as [0, 2]: exactly those steps. Steps are numbered from 0 \
-and a step can only read steps before it."""
-
-_ACCESS_BINARY = """\
-In this pool access is binary: each access entry is only "all" or [] (no step numbers).
-- "all": every earlier step;
-- []: no earlier step (the worker starts fresh)."""
-
-_QUESTION_IN_LATER_STEPS = "Every step is shown the question along with its instruction."
+_QUESTION_IN_LATER_STEPS = "Every step is shown the question."
 _QUESTION_IN_FIRST_STEP_ONLY = (
-    "Only step 0 is shown the question. Later steps see their own instruction and the steps "
-    "they read: put in each instruction everything the worker needs."
+    "Only step 0 is shown the question: put in each later instruction what its worker needs."
 )
 
-_ROUNDS = """\
-After your workflow has run you may be shown its final answer and asked again. If that answer \
-is correct and complete, accept it by writing three empty lists:
+_LIMITS = "Use at most {max_steps} steps"
+_FEWER = ", fewer for an easy question (often one strong worker)"
+_CONCURRENT = "Steps that do not read each other run at the same time"
+_ATTEMPTS = ': independent attempts, say, that a last step with "all" compares'
 
-```python
-model_id = []
-subtasks = []
-access_list = []
-```
-
-Otherwise write a new workflow that fixes what is wrong; its steps do not see the earlier \
-round, so say in the instructions what needs fixing."""
-
-_EXAMPLES_HEADING = (
-    "Worked examples (the worker numbers here only illustrate; choose from the pool you are given):"
-)
+_ROUNDS = "You may later be asked to accept or fix the final answer."
 
 
-_COUNT_WORDS: Final = {2: "Two", 3: "Three"}
-
-
-def _example(
-    title: str, question: str, reasoning: str, steps: Sequence[tuple[int, str, Access]], pool: int
-) -> str:
+def _worked_example(settings: RunSettings, pool: int) -> str:
+    """One short worked example, valid for this pool: worker numbers in range, within max_steps,
+    and without step numbers in binary mode. With room for three steps it shows all three kinds
+    of access entry."""
+    fine = settings.access_mode == "fine"
+    steps: list[tuple[int, str, Access]]
+    if settings.max_steps >= 3:
+        question = "A Python function fib(n) that runs in O(log n) time."
+        reasoning = "One designs, one codes, one reviews."
+        steps = [
+            (2, "Describe an O(log n) algorithm for fib(n); no code.", ()),
+            (1, "Write it as a Python function fib(n).", (0,) if fine else ALL),
+            (0, "Review the code, fix any bug, return fib(n).", ALL),
+        ]
+    elif settings.max_steps == 2:
+        question = "A train covers 180 km in 2.5 hours. What is its average speed in m/s?"
+        reasoning = "One worker computes, a second checks."
+        steps = [
+            (1, "Compute the average speed in m/s, showing each unit conversion.", ()),
+            (
+                0,
+                "Check the computation above, correct any mistake, and state the speed in m/s.",
+                (0,) if fine else ALL,
+            ),
+        ]
+    else:
+        question = "What is the capital of Australia?"
+        reasoning = "An easy lookup: one capable worker answers."
+        steps = [(0, "Name the capital of Australia in one word.", ())]
     workflow = Workflow(
-        steps=tuple(
-            StepSpec(worker % pool, instruction, access) for worker, instruction, access in steps
-        )
+        steps=tuple(StepSpec(worker % pool, text, access) for worker, text, access in steps)
     )
     return (
-        f"Example: {title}\nQuestion: {question}\n{reasoning}\n\n"
+        f"Example (worker numbers illustrative): {question} {reasoning}\n"
         f"```python\n{format_workflow(workflow)}\n```"
     )
 
 
-def _examples(settings: RunSettings, pool: int) -> list[str]:
-    """Examples that are valid for this pool: worker numbers in range, within max_steps, and
-    without step numbers in binary mode."""
-    fine = settings.access_mode == "fine"
-    examples = []
-    if settings.max_steps >= 2:
-        examples.append(
-            _example(
-                "a chain (solve, then check)",
-                "A train covers 180 km in 2.5 hours. What is its average speed in m/s?",
-                "One worker computes the speed; a second checks the work and states the answer.",
-                [
-                    (1, "Compute the average speed in m/s. Show each unit conversion.", ()),
-                    (
-                        0,
-                        (
-                            "Check the computation above step by step, correct any mistake, and "
-                            "state the final speed in m/s."
-                        ),
-                        (0,) if fine else ALL,
-                    ),
-                ],
-                pool,
-            )
-        )
-    else:
-        examples.append(
-            _example(
-                "a single step",
-                "What is the capital of Australia?",
-                "An easy lookup: one capable worker answers directly.",
-                [(0, "Name the capital of Australia in one word.", ())],
-                pool,
-            )
-        )
-    if settings.max_steps >= 3:
-        attempts = min(3, settings.max_steps - 1)
-        attempt = "Decide which is larger, 2^100 or 3^60, and justify it in a few lines."
-        examples.append(
-            _example(
-                "independent attempts and an aggregator",
-                "Which is larger, 2^100 or 3^60?",
-                f"{_COUNT_WORDS[attempts]} independent attempts; one more step compares them and "
-                "gives the answer.",
-                [
-                    *((i, attempt, ()) for i in range(attempts)),
-                    (
-                        0,
-                        (
-                            "Several independent answers are shown above. Compare them, resolve any "
-                            "disagreement by checking the reasoning, and give the final answer with "
-                            "a short justification."
-                        ),
-                        ALL,
-                    ),
-                ],
-                pool,
-            )
-        )
-        examples.append(
-            _example(
-                "plan, solve, verify",
-                "Write a Python function fib(n) that returns the n-th Fibonacci number in "
-                "O(log n) time.",
-                "One worker designs the algorithm, another writes the code, a third reviews "
-                "the code against the design.",
-                [
-                    (
-                        2,
-                        "Describe an O(log n) algorithm for the n-th Fibonacci number. No code.",
-                        (),
-                    ),
-                    (
-                        1,
-                        (
-                            "Implement the algorithm described above as a Python function fib(n). "
-                            "Return only the code."
-                        ),
-                        (0,) if fine else ALL,
-                    ),
-                    (
-                        0,
-                        (
-                            "Review the design and the code above. Fix any bug and return the final, "
-                            "complete Python function fib(n)."
-                        ),
-                        (0, 1) if fine else ALL,
-                    ),
-                ],
-                pool,
-            )
-        )
-    return examples
-
-
 _ACCEPT_INTRODUCTION = """\
-You are the conductor of a team of language models. You wrote a workflow for the question \
-below and it has run; its final answer is shown as the previous answer. If that answer is \
-correct and complete, accept it by writing three empty lists in a code block:
-
-```python
-model_id = []
-subtasks = []
-access_list = []
-```
-
-Otherwise write a new workflow that fixes what is wrong, in the same format: three Python lists \
-of equal length, model_id (a worker number), subtasks (the instruction) and access_list (the \
-earlier steps each step sees), at most {max_steps} steps. Its steps do not see the earlier \
-round, so say in the instructions what needs fixing."""
+You are the conductor of a team of language models. Your workflow for the question below has \
+run; its final answer is the previous answer. If that is correct and complete, accept it with \
+three empty lists in a code block: model_id = [], subtasks = [], access_list = []. Otherwise \
+write a new workflow in those three lists, one entry per step (model_id: workers; subtasks: instructions; \
+access_list: {access}); its steps do not see the earlier round, so say in them what to fix."""
 
 
 _COMPACT_ACCEPT = """\
@@ -248,12 +137,13 @@ Accept the previous answer with three empty lists, or write a new workflow (at m
 
 def _accept_prompt(settings: RunSettings) -> str:
     """The short system message of a later round: whether to accept the previous answer. It does
-    not repeat the first round's explanations and examples."""
+    not repeat the first round's explanations and example."""
     if settings.prompt_style == "compact":
         binary = '; access only "all" or []' if settings.access_mode == "binary" else ""
         return _COMPACT_ACCEPT.format(max_steps=settings.max_steps, binary=binary)
-    access = _ACCESS_FINE if settings.access_mode == "fine" else _ACCESS_BINARY
-    return "\n\n".join([_ACCEPT_INTRODUCTION.format(max_steps=settings.max_steps), access])
+    fine = settings.access_mode == "fine"
+    access = '"all", [] or earlier step numbers' if fine else 'only "all" or [] (binary)'
+    return _ACCEPT_INTRODUCTION.format(access=access)
 
 
 _COMPACT = """\
@@ -270,22 +160,33 @@ def _compact_prompt(settings: RunSettings) -> str:
     )
 
 
+def _access(settings: RunSettings) -> str:
+    return _ACCESS_FINE if settings.access_mode == "fine" else _ACCESS_BINARY
+
+
+def _limits(settings: RunSettings, visibility: str) -> str:
+    text = f"{visibility} {_LIMITS.format(max_steps=settings.max_steps)}"
+    if settings.max_steps == 1:
+        return f"{text}."
+    return f"{text}{_FEWER}. {_CONCURRENT}{_ATTEMPTS if settings.max_steps >= 3 else ''}."
+
+
 def _system_prompt(settings: RunSettings, pool: int) -> str:
     if settings.prompt_style == "compact":
         return _compact_prompt(settings)
-    parts = [
-        _INTRODUCTION,
-        _ACCESS_FINE if settings.access_mode == "fine" else _ACCESS_BINARY,
+    visibility = (
         _QUESTION_IN_LATER_STEPS
         if settings.question_in_later_steps
-        else _QUESTION_IN_FIRST_STEP_ONLY,
-        _FORMAT.format(max_steps=settings.max_steps),
+        else _QUESTION_IN_FIRST_STEP_ONLY
+    )
+    parts = [
+        _INTRODUCTION,
+        _FORMAT.format(access=_access(settings)),
+        _limits(settings, visibility),
     ]
     if settings.max_rounds > 1:
         parts.append(_ROUNDS)
-    if settings.prompt_style == "full":
-        parts.append(_EXAMPLES_HEADING)
-        parts.extend(_examples(settings, pool))
+    parts.append(_worked_example(settings, pool))
     return "\n\n".join(parts)
 
 
@@ -316,19 +217,10 @@ def _escape_markers(text: str) -> str:
 def _reminder(settings: RunSettings, round: int) -> str:
     if settings.prompt_style == "compact":  # the system message says it all
         return ""
-    if settings.access_mode == "fine":
-        access = 'access entries "all", [] or lists of earlier step numbers'
-    else:
-        access = 'access entries only "all" or []'
-    reminder = (
-        "Think briefly, then write model_id, subtasks and access_list for this question: "
-        f"at most {settings.max_steps} steps, {access}."
-    )
+    binary = ', access entries only "all" or []' if settings.access_mode == "binary" else ""
     if round > 0:
-        reminder += (
-            " If the previous answer is correct and complete, accept it with three empty lists."
-        )
-    return reminder
+        return f"Accept it, or write a new workflow: at most {settings.max_steps} steps{binary}."
+    return f"Write the workflow for this question: at most {settings.max_steps} steps{binary}."
 
 
 def conductor_messages(

@@ -19,8 +19,8 @@ Access: TypeAlias = Literal["all"] | tuple[int, ...]
 
 AccessMode: TypeAlias = Literal["binary", "fine"]
 PromptStyle: TypeAlias = Literal["full", "compact"]
-"""The conductor's first-round prompt: "full" (the format, the workers and worked examples, for
-general chat models) or "compact" (the format and the workers only, for fine-tuned conductors)."""
+"""The conductor's first-round prompt: "full" (the format, the access rules, the workers and a
+worked example, for general chat models) or "compact" (the format and the workers only, for fine-tuned conductors)."""
 PROMPT_STYLES: Final = ("full", "compact")
 StepStatus: TypeAlias = Literal["pending", "running", "succeeded", "failed", "cancelled", "skipped"]
 """``cancelled``: the run ended while the step ran; ``skipped``: it ended before the step started."""

@@ -26,14 +26,14 @@ def messages(style: str, round: int = 0, access_mode: str = "fine"):
     )
 
 
-def test_the_full_style_has_worked_examples_and_the_compact_one_does_not():
+def test_the_full_style_has_a_worked_example_and_the_compact_one_does_not():
     full, compact = messages("full"), messages("compact")
-    assert "Worked examples" in full[0]["content"]
-    assert "Example:" not in compact[0]["content"]
+    assert "Example" in full[0]["content"] and "```python\nmodel_id = [" in full[0]["content"]
+    assert "Example" not in compact[0]["content"]
     assert (
         "model_id" in compact[0]["content"] and "at most 4 steps" in compact[0]["content"].lower()
     )
-    assert prompt_tokens(compact) < prompt_tokens(full) / 2
+    assert prompt_tokens(compact[:1]) < prompt_tokens(full[:1]) / 2
     # Both describe every worker in the first round.
     for sent in (full, compact):
         assert sent[1]["content"].count("Skills:") == len(WORKERS)
@@ -42,13 +42,24 @@ def test_the_full_style_has_worked_examples_and_the_compact_one_does_not():
 @pytest.mark.parametrize("style", ["full", "compact"])
 def test_the_accept_round_is_short_and_resends_no_examples(style):
     first, later = messages(style), messages(style, round=1)
-    assert "Example:" not in later[0]["content"]
+    assert "Example" not in later[0]["content"]
     assert "three empty lists" in later[0]["content"]
     assert prompt_tokens(later) < prompt_tokens(first) or style == "compact"
     assert "## Previous answer\nAnswer: 7" in later[1]["content"]
     if style == "compact":  # the workers by name only: their descriptions came in round 0
         assert "Skills:" not in later[1]["content"]
         assert prompt_tokens(later) < 200
+    else:  # the workers again, with their descriptions: a new workflow has to choose them
+        assert later[1]["content"].count("Skills:") == len(WORKERS)
+
+
+def test_the_full_style_stays_lean_on_the_demo_pool():
+    """The system messages the full style adds to the pool and the question in each round: one
+    short worked example in the first round, one paragraph in the accept round (the suite's
+    token figure in docs/PERFORMANCE.md rests on these sizes)."""
+    first, later = messages("full"), messages("full", round=1)
+    assert prompt_tokens(first[:1]) < 400
+    assert prompt_tokens(later[:1]) < 150
 
 
 @pytest.mark.parametrize("style", ["full", "compact"])

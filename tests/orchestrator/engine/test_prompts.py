@@ -105,9 +105,10 @@ def test_previous_answer_only_in_later_rounds_with_an_answer():
 
 def test_accepting_is_offered_only_in_later_rounds():
     first = sections(prompt(round=0)[1]["content"])["## Your workflow"]
-    later = sections(prompt(round=1, previous_answer="10")[1]["content"])["## Your workflow"]
-    assert "empty lists" not in first
-    assert "three empty lists" in later
+    system, user = (m["content"] for m in prompt(round=1, previous_answer="10"))
+    assert "accept" not in first.lower()
+    assert "Accept it" in sections(user)["## Your workflow"]
+    assert "three empty lists" in system and "access_list = []" in system
 
 
 def test_marker_lines_inside_free_text_are_escaped():
@@ -127,19 +128,28 @@ def test_the_step_limit_is_stated_in_both_messages():
     assert not re.search(r"at most [0-24-9]+ steps", system + user)
 
 
-def test_fine_access_explains_step_numbers_and_never_says_binary():
-    system, user = (m["content"] for m in prompt(settings=RunSettings(access_mode="fine")))
-    assert "[0, 2]" in system
-    assert "lists of earlier step numbers" in sections(user)["## Your workflow"]
+@pytest.mark.parametrize("round", [0, 1])
+def test_fine_access_explains_step_numbers_and_never_says_binary(round):
+    settings = RunSettings(access_mode="fine")
+    system, user = (
+        m["content"] for m in prompt(settings=settings, round=round, previous_answer="10")
+    )
+    assert (
+        "earlier step numbers such as [0, 2]" if round == 0 else "earlier step numbers"
+    ) in system
     assert "binary" not in (system + user).lower()
     assert 'only "all" or []' not in system + user
 
 
-def test_binary_access_allows_only_all_or_nothing():
-    system, user = (m["content"] for m in prompt(settings=RunSettings(access_mode="binary")))
+@pytest.mark.parametrize("round", [0, 1])
+def test_binary_access_allows_only_all_or_nothing(round):
+    settings = RunSettings(access_mode="binary")
+    system, user = (
+        m["content"] for m in prompt(settings=settings, round=round, previous_answer="10")
+    )
     assert 'only "all" or []' in system
     assert 'only "all" or []' in sections(user)["## Your workflow"]
-    assert "[0, 2]" not in system
+    assert "step numbers" not in system and "[0, 2]" not in system
 
 
 def test_question_visibility_of_later_steps_is_explained():
@@ -149,9 +159,10 @@ def test_question_visibility_of_later_steps_is_explained():
     assert "Only step 0 is shown the question" in off
 
 
-def test_three_empty_lists_are_explained_when_there_can_be_later_rounds():
-    assert "access_list = []" in prompt(settings=RunSettings(max_rounds=2))[0]["content"]
-    assert "access_list = []" not in prompt(settings=RunSettings(max_rounds=1))[0]["content"]
+def test_a_later_round_is_announced_only_when_the_pool_allows_one():
+    announce = "asked to accept or fix the final answer"
+    assert announce in prompt(settings=RunSettings(max_rounds=2))[0]["content"]
+    assert announce not in prompt(settings=RunSettings(max_rounds=1))[0]["content"]
 
 
 def example_workflows(system: str, settings: RunSettings, pool_size: int):
@@ -176,14 +187,16 @@ def test_worked_examples_are_valid_for_the_pool_they_are_shown_to(
 ):
     settings = RunSettings(access_mode=access_mode, max_steps=max_steps)
     system = prompt(settings=settings, workers=WORKERS[:pool_size])[0]["content"]
-    workflows = example_workflows(system, settings, pool_size)
-    assert workflows, "no worked example"
-    shapes = {len(w.steps) for w in workflows}
-    if max_steps >= 3:
-        assert len(workflows) == 3  # a chain, attempts with an aggregator, plan/solve/verify
-        assert 3 in shapes and 2 in shapes
-    if access_mode == "fine" and max_steps >= 2:
-        assert any(step.access not in ("all", ()) for w in workflows for step in w.steps)
+    [workflow] = example_workflows(system, settings, pool_size)  # exactly one worked example
+    assert len(workflow.steps) == min(max_steps, 3)
+    kinds = {
+        "all" if s.access == "all" else "none" if not s.access else "numbers"
+        for s in workflow.steps
+    }
+    if max_steps >= 3:  # room to show every kind of access entry the pool allows
+        assert kinds == ({"none", "numbers", "all"} if access_mode == "fine" else {"none", "all"})
+    if access_mode == "binary":
+        assert "numbers" not in kinds
 
 
 def test_same_input_gives_the_same_prompt():
