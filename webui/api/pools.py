@@ -138,8 +138,8 @@ class PoolCreateInputSerializer(serializers.Serializer):
     conductor_prompt_style = serializers.ChoiceField(
         choices=Pool._meta.get_field("conductor_prompt_style").choices,
         required=False,
-        help_text="full: the format with a worked example, for general chat models; compact: the format only, "
-        "for conductors fine-tuned on it.",
+        help_text="full: the format with a worked example, for general chat models; "
+        "compact: the format only, for conductors fine-tuned on it.",
     )
     max_steps = WholeNumberField(min_value=1, max_value=MAX_STEPS, required=False)
     max_rounds = WholeNumberField(min_value=1, max_value=MAX_POOL_ROUNDS, required=False)
