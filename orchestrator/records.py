@@ -12,6 +12,7 @@ from orchestrator.engine.types import (
     PlanAttempt,
     PlanRecord,
     ResumeState,
+    StepAttempt,
     StepRecord,
     StepSpec,
     Workflow,
@@ -78,6 +79,35 @@ def attempt_from_data(data: dict[str, Any]) -> PlanAttempt:
     return PlanAttempt(**{"raw": "", **known})
 
 
+MAX_ATTEMPT_ERROR_CHARS = 500
+"""An attempt's error as stored is cut to this many characters (the step's own error is whole)."""
+
+
+def step_attempts_to_data(attempts: list[StepAttempt]) -> list[dict[str, Any]]:
+    """A step's attempt log as stored on ``Step.attempt_log`` (times in seconds)."""
+    return [
+        {
+            "attempt": attempt.attempt,
+            "offset": round(attempt.offset, 3),
+            "seconds": round(attempt.seconds, 3),
+            "error": _bounded(attempt.error, MAX_ATTEMPT_ERROR_CHARS),
+            "backoff": attempt.backoff,
+        }
+        for attempt in attempts
+    ]
+
+
+def step_attempt_from_data(data: dict[str, Any]) -> StepAttempt:
+    """A stored attempt as the engine's record; missing keys take defaults, unknown ones are
+    ignored (as ``attempt_from_data``)."""
+    known = {f.name: data[f.name] for f in fields(StepAttempt) if f.name in data}
+    return StepAttempt(**{"attempt": 0, "offset": 0.0, "seconds": 0.0, **known})
+
+
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def plan_record_from_row(plan: Plan) -> PlanRecord:
     return PlanRecord(
         round=plan.round,
@@ -121,6 +151,7 @@ def resume_state_from_rows(plans: list[Plan], steps: list[Step]) -> ResumeState:
             latency=step.latency or 0.0,
             attempts=step.attempts,
             error=step.error,
+            attempt_log=[step_attempt_from_data(attempt) for attempt in step.attempt_log or ()],
             reused_from=step.reused_from_id,
         )
     return ResumeState(plans=plan_records, steps=step_records)
@@ -164,6 +195,7 @@ def source_rounds_from_rows(
                     latency=step.latency or 0.0,
                     attempts=step.attempts,
                     error=step.error,
+                    attempt_log=[step_attempt_from_data(item) for item in step.attempt_log or ()],
                     reused_from=step.reused_from_id or step.pk,  # the one that ran
                 )
             )
