@@ -17,6 +17,8 @@ Every event is ``{"type", "run", "seq", ...}``, ``seq`` increasing by one per ru
 ``step.started``   ``step``: Step, status running.
 ``step.finished``  ``step``: Step, status succeeded; ``totals``: Totals of the run so far.
 ``step.failed``    ``step``: Step, status failed (``error`` says why); ``totals``: Totals.
+                   Either one of a retried step has each attempt in ``step.attempt_log``
+                   (StepAttempt: its error and the backoff waited after it).
 ``run.finished``   ``status``, ``answer``, ``answer_shown`` (the answer itself, one line),
                    ``score``, ``verdict`` (right, wrong, unscored, failed, cancelled),
                    ``error``, ``totals``: Totals,
