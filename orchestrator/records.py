@@ -97,13 +97,6 @@ def step_attempts_to_data(attempts: list[StepAttempt]) -> list[dict[str, Any]]:
     ]
 
 
-def step_attempt_from_data(data: dict[str, Any]) -> StepAttempt:
-    """A stored attempt as the engine's record; missing keys take defaults, unknown ones are
-    ignored (as ``attempt_from_data``)."""
-    known = {f.name: data[f.name] for f in fields(StepAttempt) if f.name in data}
-    return StepAttempt(**{"attempt": 0, "offset": 0.0, "seconds": 0.0, **known})
-
-
 def _bounded(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -151,7 +144,6 @@ def resume_state_from_rows(plans: list[Plan], steps: list[Step]) -> ResumeState:
             latency=step.latency or 0.0,
             attempts=step.attempts,
             error=step.error,
-            attempt_log=[step_attempt_from_data(attempt) for attempt in step.attempt_log or ()],
             reused_from=step.reused_from_id,
         )
     return ResumeState(plans=plan_records, steps=step_records)
@@ -195,7 +187,6 @@ def source_rounds_from_rows(
                     latency=step.latency or 0.0,
                     attempts=step.attempts,
                     error=step.error,
-                    attempt_log=[step_attempt_from_data(item) for item in step.attempt_log or ()],
                     reused_from=step.reused_from_id or step.pk,  # the one that ran
                 )
             )

@@ -295,7 +295,8 @@ class RunRecorder:
             row.cost = record.cost
             row.latency = record.latency
             row.attempts = record.attempts
-            row.attempt_log = step_attempts_to_data(record.attempt_log)
+            # Not called in this run: no attempt_log, or the timeline would draw its source's
+            # attempts and waits as if they had happened now.
             row.started_at = row.finished_at = now
         return row
 
