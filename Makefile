@@ -20,6 +20,8 @@ BENCHES += compare
 BENCHES += batch_replay
 # The suite x 4 arms as an experiment (inline, 1 and 2 Celery workers); the scoreboard of 10,000 runs.
 BENCHES += experiment
+# The snapshot of one 10,000-step run (1% retried, with their attempts): CPU per read and bytes.
+BENCHES += run_snapshot
 
 .PHONY: install demo serve test test-fast test-production bench clean lint
 

@@ -325,6 +325,12 @@ class Step(models.Model):
     latency = models.FloatField(null=True, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     error = models.TextField(blank=True)
+    attempt_log = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Every call when one failed: [{attempt, offset, seconds, error, backoff}] "
+        "(offset: seconds after the first call; backoff: the wait before the next call).",
+    )
     reused_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reused_by"
     )

@@ -12,6 +12,7 @@ from orchestrator.engine.types import (
     PlanAttempt,
     PlanRecord,
     ResumeState,
+    StepAttempt,
     StepRecord,
     StepSpec,
     Workflow,
@@ -76,6 +77,28 @@ def attempt_from_data(data: dict[str, Any]) -> PlanAttempt:
     """
     known = {f.name: data[f.name] for f in fields(PlanAttempt) if f.name in data}
     return PlanAttempt(**{"raw": "", **known})
+
+
+MAX_ATTEMPT_ERROR_CHARS = 500
+"""An attempt's error as stored is cut to this many characters (the step's own error is whole)."""
+
+
+def step_attempts_to_data(attempts: list[StepAttempt]) -> list[dict[str, Any]]:
+    """A step's attempt log as stored on ``Step.attempt_log`` (times in seconds)."""
+    return [
+        {
+            "attempt": attempt.attempt,
+            "offset": round(attempt.offset, 3),
+            "seconds": round(attempt.seconds, 3),
+            "error": _bounded(attempt.error, MAX_ATTEMPT_ERROR_CHARS),
+            "backoff": attempt.backoff,
+        }
+        for attempt in attempts
+    ]
+
+
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def plan_record_from_row(plan: Plan) -> PlanRecord:

@@ -17,6 +17,8 @@ Every event is ``{"type", "run", "seq", ...}``, ``seq`` increasing by one per ru
 ``step.started``   ``step``: Step, status running.
 ``step.finished``  ``step``: Step, status succeeded; ``totals``: Totals of the run so far.
 ``step.failed``    ``step``: Step, status failed (``error`` says why); ``totals``: Totals.
+                   Either one of a retried step has each attempt in ``step.attempt_log``
+                   (StepAttempt: its error and the backoff waited after it).
 ``run.finished``   ``status``, ``answer``, ``answer_shown`` (the answer itself, one line),
                    ``score``, ``verdict`` (right, wrong, unscored, failed, cancelled),
                    ``error``, ``totals``: Totals,
@@ -82,8 +84,22 @@ class Totals(TypedDict):
     step_count: int
 
 
+class StepAttempt(TypedDict):
+    """One call of a retried step (``Step.attempt_log``): its number (from 1), when it started
+    (``offset``, seconds after the step's first call), how long it took (``seconds``), why it
+    failed (``error``, "" for the call that succeeded) and the wait before the next call
+    (``backoff``, 0 when none followed)."""
+
+    attempt: int
+    offset: float
+    seconds: float
+    error: str
+    backoff: float
+
+
 class Step(TypedDict):
-    """A step as pages and clients see it live. Messages and response are fetched on demand."""
+    """A step as pages and clients see it live. Messages and response are fetched on demand.
+    ``attempt_log`` has every call of the step when one failed, else it is empty."""
 
     id: int
     round: int
@@ -101,6 +117,7 @@ class Step(TypedDict):
     latency: float | None
     attempts: int
     error: str
+    attempt_log: list[StepAttempt]
     reused_from: int | None
     started_at: str | None
     finished_at: str | None
@@ -453,6 +470,7 @@ def step_data(step: StepRow) -> Step:
         "latency": step.latency,
         "attempts": step.attempts,
         "error": step.error,
+        "attempt_log": step.attempt_log,
         "reused_from": step.reused_from_id,
         "started_at": iso(step.started_at),
         "finished_at": iso(step.finished_at),
@@ -463,7 +481,7 @@ def step_data(step: StepRow) -> Step:
 STEP_DATA_COLUMNS: Final = (
     "id", "round", "index", "worker_name", "worker_index", "model", "instruction", "access",
     "reads", "status", "tokens_in", "tokens_out", "cost", "latency", "attempts", "error",
-    "reused_from_id", "started_at", "finished_at",
+    "attempt_log", "reused_from_id", "started_at", "finished_at",
 )  # fmt: skip
 _STEP_KEYS: Final = tuple(Step.__annotations__)
 _STEP_TIMES: Final = ("started_at", "finished_at")

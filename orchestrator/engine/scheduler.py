@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator.engine import context
 from orchestrator.engine.types import (
@@ -28,6 +28,7 @@ from orchestrator.engine.types import (
     RunObserver,
     RunResult,
     RunSettings,
+    StepAttempt,
     StepRecord,
     Strategy,
     Totals,
@@ -42,12 +43,14 @@ Sleep = Callable[[float], Awaitable[object]]
 @dataclass(slots=True)
 class CallOutcome:
     """The end of a model call with retries: the completion (None if every attempt failed) and
-    the error of the last failed attempt ("" if the first attempt succeeded)."""
+    the error of the last failed attempt ("" if the first attempt succeeded). ``log`` has every
+    attempt when one failed (empty when the first one succeeded)."""
 
     completion: Completion | None
     attempts: int
     latency: float
     error: str = ""
+    log: list[StepAttempt] = field(default_factory=list)
 
 
 async def call_with_retries(
@@ -62,17 +65,22 @@ async def call_with_retries(
 
     Waits ``settings.backoff * 2 ** (attempt - 1)`` before attempt ``attempt + 1``, for at most
     ``settings.max_attempts`` attempts. ``on_failed_attempt(error, seconds)`` hears of every
-    attempt that failed (the conductor records each as a PlanAttempt). ``latency`` is that of the
-    successful call: what the client reported, else what was measured. Only ModelError is caught.
+    attempt that failed (the conductor records each as a PlanAttempt); the outcome's ``log`` has
+    every attempt, with the backoff waited after it, once one failed (a step stores it).
+    ``latency`` is that of the successful call: what the client reported, else what was measured. Only ModelError is caught.
     A ModelError that is not retryable (a ConfigurationError always: a missing key, a refused
     key, an unknown model) ends the call after that one attempt.
     """
     timeout = settings.step_timeout
     attempt = 0
     last_error = ""
+    log: list[StepAttempt] = []
+    first = 0.0
     while True:
         attempt += 1
         started = time.perf_counter()
+        if attempt == 1:
+            first = started
         try:
             async with asyncio.timeout(timeout):
                 completion = await client.complete(messages, timeout=timeout)
@@ -81,14 +89,21 @@ async def call_with_retries(
         except ModelError as model_error:
             error = model_error
         else:
-            latency = completion.latency or (time.perf_counter() - started)
-            return CallOutcome(completion, attempt, latency, last_error)
+            ended = time.perf_counter()
+            latency = completion.latency or (ended - started)
+            if log:
+                log.append(StepAttempt(attempt, started - first, ended - started))
+            return CallOutcome(completion, attempt, latency, last_error, log)
+        ended = time.perf_counter()
         last_error = str(error) or type(error).__name__
         if on_failed_attempt is not None:
-            on_failed_attempt(last_error, time.perf_counter() - started)
+            on_failed_attempt(last_error, ended - started)
+        failed = StepAttempt(attempt, started - first, ended - started, last_error)
+        log.append(failed)
         if not error.retryable or attempt >= settings.max_attempts:
-            return CallOutcome(None, attempt, 0.0, last_error)
-        await sleep(settings.backoff * 2 ** (attempt - 1))
+            return CallOutcome(None, attempt, 0.0, last_error, log)
+        failed.backoff = settings.backoff * 2 ** (attempt - 1)
+        await sleep(failed.backoff)
 
 
 async def execute_run(
@@ -396,6 +411,7 @@ class _RoundExecution:
         )
         record.attempts = outcome.attempts
         record.error = outcome.error
+        record.attempt_log = outcome.log
         totals = run.totals
         totals.model_calls += outcome.attempts
         completion = outcome.completion

@@ -170,6 +170,19 @@ class PlanRecord:
 
 
 @dataclass(slots=True)
+class StepAttempt:
+    """One call of a step to its worker: its number (from 1), when it started (seconds after the
+    step's first call), how long it took, why it failed ("" for the call that succeeded) and how
+    long the step waited after it before calling again (0 when no call followed)."""
+
+    attempt: int
+    offset: float
+    seconds: float
+    error: str = ""
+    backoff: float = 0.0
+
+
+@dataclass(slots=True)
 class StepRecord:
     """A step as executed: exactly what was sent and what came back."""
 
@@ -188,6 +201,8 @@ class StepRecord:
     latency: float = 0.0
     attempts: int = 0
     error: str = ""
+    attempt_log: list[StepAttempt] = field(default_factory=list)
+    """Every call of the step when one of them failed (empty when the first call succeeded)."""
     reused_from: int | None = None
     """The stored step whose result this one is (a replay reuses its source's unaffected steps):
     its usage is not counted again."""

@@ -18,7 +18,12 @@ from django.utils import timezone
 from orchestrator import events, wire
 from orchestrator.engine.types import PlanRecord, RunResult, StepRecord
 from orchestrator.models import Plan, Run, Step
-from orchestrator.records import access_to_data, attempts_to_data, workflow_to_data
+from orchestrator.records import (
+    access_to_data,
+    attempts_to_data,
+    step_attempts_to_data,
+    workflow_to_data,
+)
 from orchestrator.services.ending import close_open_steps, lock_open_steps, run_end_reason
 from orchestrator.sql import RUN_TABLE, advance_seq, db_datetime, insert_rows
 
@@ -26,13 +31,14 @@ TOTAL_FIELDS = wire.TOTAL_FIELDS
 STEP_TABLE = Step._meta.db_table
 STEP_RESULT_FIELDS = (
     "status", "messages", "response", "tokens_in", "tokens_out", "cost", "latency", "attempts",
-    "error", "finished_at",
+    "error", "attempt_log", "finished_at",
 )  # fmt: skip
 _STEP_RESULT_SQL = (
     f"UPDATE {STEP_TABLE} SET {', '.join(f'{field} = %s' for field in STEP_RESULT_FIELDS)} "
     "WHERE id = %s AND status NOT IN (%s, %s)"
 )
 _STEP_MESSAGES = Step._meta.get_field("messages")
+_STEP_ATTEMPT_LOG = Step._meta.get_field("attempt_log")
 _STEP_READS = Step._meta.get_field("reads")
 
 
@@ -289,6 +295,8 @@ class RunRecorder:
             row.cost = record.cost
             row.latency = record.latency
             row.attempts = record.attempts
+            # Not called in this run: no attempt_log, or the timeline would draw its source's
+            # attempts and waits as if they had happened now.
             row.started_at = row.finished_at = now
         return row
 
@@ -359,13 +367,15 @@ class RunRecorder:
             "latency": record.latency if succeeded else None,
             "attempts": record.attempts,
             "error": record.error,
+            "attempt_log": step_attempts_to_data(record.attempt_log),
             "finished_at": timezone.now(),
         }
         row = self._step_row(record)
         params = [
             str(values["status"]),
             _STEP_MESSAGES.get_db_prep_save(values["messages"], connection),
-            *(values[field] for field in STEP_RESULT_FIELDS[2:-1]),
+            *(values[field] for field in STEP_RESULT_FIELDS[2:-2]),
+            _STEP_ATTEMPT_LOG.get_db_prep_save(values["attempt_log"], connection),
             db_datetime(values["finished_at"]),
             row.pk,
             str(Step.Status.SUCCEEDED),

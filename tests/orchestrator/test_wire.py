@@ -112,3 +112,38 @@ def test_the_engines_totals_are_the_wires_less_the_stored_step_count():
     from orchestrator.engine.types import Totals
 
     assert {field.name for field in fields(Totals)} == set(wire.TOTAL_FIELDS) - {"step_count"}
+
+
+ATTEMPT_LOG = [
+    {"attempt": 1, "offset": 0.0, "seconds": 0.2, "error": "rate limited", "backoff": 0.5},
+    {"attempt": 2, "offset": 0.7, "seconds": 0.3, "error": "", "backoff": 0.0},
+]
+
+
+@pytest.mark.django_db
+def test_a_retried_steps_attempts_reach_the_snapshot_and_its_events(sim_pool):
+    from orchestrator import selectors
+    from tests.factories import make_run, make_step
+
+    run = make_run(pool=sim_pool)
+    make_step(
+        run=run, status="succeeded", attempts=2, error="rate limited", attempt_log=ATTEMPT_LOG
+    )
+    make_step(run=run, index=1, status="succeeded", attempts=1)
+
+    steps = selectors.run_snapshot(run=run)["steps"]
+
+    assert [step["attempt_log"] for step in steps] == [ATTEMPT_LOG, []]
+    for step in steps:
+        assert wire.check(step, wire.Step) == []
+        event = {"type": wire.STEP_FINISHED, "run": run.pk, "seq": 3, "step": step}
+        assert wire.check_event(event | {"totals": TOTALS}) == []
+    # step_data (one row, as events are built) says the same as the snapshot's rows.
+    row = run.steps.get(index=0)
+    assert wire.step_data(row) == steps[0]
+
+
+def test_an_attempt_off_its_shape_is_named():
+    step_attempt = {**ATTEMPT_LOG[0], "error": None}
+
+    assert wire.check(step_attempt, wire.StepAttempt) == ["$.error: expected str, got None"]

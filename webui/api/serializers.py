@@ -154,6 +154,20 @@ class RunSummaryOutputSerializer(RunPageUrlMixin):
         return run.created_by.get_username() if run.created_by_id else None
 
 
+@follows(wire.StepAttempt)
+class StepAttemptOutputSerializer(serializers.Serializer):
+    """One call of a retried step as stored in ``Step.attempt_log``. Defaults as
+    ``PlanAttemptOutputSerializer``: stored JSON from the admin may lack keys."""
+
+    attempt = serializers.IntegerField(default=0, help_text="Its number, from 1.")
+    offset = serializers.FloatField(default=0.0, help_text="Seconds after the step's first call.")
+    seconds = serializers.FloatField(default=0.0, help_text="How long the call took.")
+    error = serializers.CharField(
+        default="", help_text='Why it failed; "" for the one that did not.'
+    )
+    backoff = serializers.FloatField(default=0.0, help_text="Seconds waited before the next call.")
+
+
 @follows(wire.Step)
 class StepSummaryOutputSerializer(serializers.Serializer):
     """A step without the messages it was sent (``GET /api/steps/{id}/`` has them)."""
@@ -178,6 +192,9 @@ class StepSummaryOutputSerializer(serializers.Serializer):
     latency = serializers.FloatField(allow_null=True)
     attempts = serializers.IntegerField()
     error = serializers.CharField()
+    attempt_log = StepAttemptOutputSerializer(
+        many=True, help_text="Every call of the step when one failed (retried); else empty."
+    )
     reused_from = serializers.IntegerField(source="reused_from_id", allow_null=True)
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)

@@ -88,6 +88,7 @@ const panel = new DetailsPanel({
 const timeline = new Timeline({
   details: document.getElementById("timeline-section"),
   canvas: document.getElementById("run-timeline"),
+  marks: document.getElementById("run-timeline-marks"),
   store,
   onOpenStep: openStep,
   onOpenPlan: openPlan,

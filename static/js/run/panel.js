@@ -1,5 +1,6 @@
 // The details panel: a step (instruction, worker, access list as links, the exact messages sent,
-// the response as safe Markdown, tokens, cost, latency, attempts, error) or a round's plan (the
+// the response as safe Markdown, tokens, cost, latency, attempts, error, and each call of a
+// retried step with its error and the wait after it) or a round's plan (the
 // conductor's raw output of every attempt and why an attempt could not be used).
 
 import { renderMarkdown } from "./markdown.js";
@@ -98,6 +99,8 @@ export class DetailsPanel {
       section("Access list", this.accessList(step)),
     ];
     if (step.error) sections.push(section("Error", element("pre", { class: "error-text" }, step.error)));
+    const attempts = attemptList(step);
+    if (attempts) sections.push(section("Attempts", attempts));
     sections.push(section("Response", this.responseSlot(step, detail)));
     sections.push(section("Messages sent", this.messagesSlot(detail)));
     if (this.stepSection) sections.push(this.stepSection(step));
@@ -283,4 +286,22 @@ function messageList(messages) {
       ),
     ),
   );
+}
+
+// Each call of a retried step (``attempt_log``): how long it took, its error as plain text, and
+// the backoff waited before the next call; null when the first call succeeded.
+export function attemptList(step) {
+  const log = Array.isArray(step.attempt_log) ? step.attempt_log : [];
+  if (!log.length) return null;
+  const items = log.map((attempt) => {
+    const item = element(
+      "li",
+      { class: attempt.error ? "step-attempt step-attempt-failed" : "step-attempt" },
+      element("span", { class: "step-attempt-head" }, `Attempt ${attempt.attempt}: ${attempt.error ? "failed" : "succeeded"} after ${formatSeconds(attempt.seconds)}`),
+    );
+    if (attempt.error) item.append(element("pre", { class: "error-text" }, attempt.error));
+    if (attempt.backoff > 0) item.append(element("p", { class: "hint step-attempt-wait" }, `Waited ${formatSeconds(attempt.backoff)} before retrying.`));
+    return item;
+  });
+  return element("ol", { class: "step-attempts" }, ...items);
 }

@@ -192,6 +192,7 @@ function sameStep(a, b) {
     a.latency === b.latency &&
     a.attempts === b.attempts &&
     a.error === b.error &&
+    (a.attempt_log || []).length === (b.attempt_log || []).length &&
     a.started_at === b.started_at &&
     a.finished_at === b.finished_at &&
     a.cost === b.cost &&

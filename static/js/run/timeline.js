@@ -2,6 +2,10 @@
 // order, a bar from its start to its end (to now while running). Drawn on a canvas, so thousands
 // of steps cost one pass per frame, and only while the section is open. A click on a row opens
 // that step (or plan); hovering a row shows its full label, times, attempts and last error.
+// A retried step (one with an ``attempt_log``) is drawn call by call: each failed attempt a
+// striped red segment, the backoff after it a dashed, labelled wait, then the last attempt. Each
+// of those segments also gets a transparent element over the canvas with its own tooltip and
+// accessible label (the attempt's error, as text), for the first MAX_MARKED_STEPS retried steps.
 
 import { formatSeconds, stepName } from "./format.js";
 import { STEP_STATUSES } from "./statuses.js";
@@ -11,11 +15,14 @@ const LABEL_WIDTH = 230;
 const MAX_CANVAS_HEIGHT = 16000; // browsers refuse larger canvases
 // A redraw costs one pass over the steps: at most this often while events stream in.
 const REDRAW_EVERY_MS = 250;
+// Retried steps whose attempts get an element each over the canvas (the canvas draws them all).
+const MAX_MARKED_STEPS = 200;
 
 export class Timeline {
-  constructor({ details, canvas, store, onOpenStep, onOpenPlan }) {
+  constructor({ details, canvas, marks, store, onOpenStep, onOpenPlan }) {
     this.details = details;
     this.canvas = canvas;
+    this.marks = marks; // the layer over the canvas holding the attempts' elements
     this.store = store;
     this.times = new WeakMap(); // step object -> parsed start and end
     this.rows = [];
@@ -27,7 +34,12 @@ export class Timeline {
     this.ink = style.getPropertyValue("--ink-soft").trim() || "#444";
     this.planning = style.getPropertyValue("--status-planning").trim() || "#7a4fbf";
     this.line = style.getPropertyValue("--line").trim() || "#ddd";
+    this.stripes = null; // the failed attempts' fill, made on first use
     details.addEventListener("toggle", () => this.draw());
+    marks?.addEventListener("click", (event) => {
+      const mark = event.target.closest("[data-step]");
+      if (mark) onOpenStep(Number(mark.dataset.step));
+    });
     const rowAt = (event) => {
       const box = canvas.getBoundingClientRect();
       return this.rows[Math.floor((event.clientY - box.top - AXIS_HEIGHT) / this.rowHeight)];
@@ -133,6 +145,8 @@ export class Timeline {
     }
     context.textAlign = "left";
     const barHeight = Math.max(1, this.rowHeight - (labels ? 5 : 0.5));
+    const marks = [];
+    let marked = 0;
     steps.forEach((step, row) => {
       const y = AXIS_HEIGHT + row * this.rowHeight;
       if (labels) {
@@ -141,11 +155,114 @@ export class Timeline {
       }
       const { start, end } = this.timesOf(step);
       if (start == null) return;
+      const top = y + (this.rowHeight - barHeight) / 2;
+      if (!step.plan && step.attempt_log && step.attempt_log.length) {
+        const segments = attemptSegments(step, start);
+        const mark = labels && marked < MAX_MARKED_STEPS;
+        if (mark) marked += 1;
+        for (const segment of segments) {
+          const x = left + (segment.start - first) * scale;
+          const width = Math.max(2, (segment.end - segment.start) * scale);
+          this.drawSegment(context, step, segment, x, top, width, barHeight);
+          if (mark) marks.push(markElement(step, segment, x, top, width, barHeight));
+        }
+        return;
+      }
       const stop = end ?? (step.status === "running" ? now : start);
       context.fillStyle = step.plan ? this.planning : this.colours[step.status] || this.ink;
-      context.fillRect(left + (start - first) * scale, y + (this.rowHeight - barHeight) / 2, Math.max(2, (stop - start) * scale), barHeight);
+      context.fillRect(left + (start - first) * scale, top, Math.max(2, (stop - start) * scale), barHeight);
     });
+    this.marks?.replaceChildren(...marks);
   }
+
+  // One attempt of a retried step (red and striped when it failed) or the wait after it (a
+  // dashed line across the row, labelled with its length where it fits).
+  drawSegment(context, step, segment, x, top, width, height) {
+    if (segment.kind === "wait") {
+      const middle = top + height / 2;
+      context.strokeStyle = this.ink;
+      context.setLineDash([3, 3]);
+      context.beginPath();
+      context.moveTo(x, middle);
+      context.lineTo(x + width, middle);
+      context.stroke();
+      context.setLineDash([]);
+      const text = `wait ${formatSeconds(segment.attempt.backoff)}`;
+      const textWidth = context.measureText(text).width;
+      if (height >= 10 && textWidth + 8 <= width) {
+        context.clearRect(x + (width - textWidth) / 2 - 3, top, textWidth + 6, height);
+        context.fillStyle = this.ink;
+        context.textAlign = "center";
+        context.fillText(text, x + width / 2, middle);
+        context.textAlign = "left";
+      }
+      return;
+    }
+    const failed = Boolean(segment.attempt.error);
+    context.fillStyle = failed ? this.colours.failed || "#b42318" : this.colours[step.status] || this.ink;
+    context.fillRect(x, top, width, height);
+    if (failed) {
+      context.fillStyle = this.stripePattern(context);
+      context.fillRect(x, top, width, height);
+    }
+  }
+
+  stripePattern(context) {
+    if (!this.stripes) {
+      const tile = document.createElement("canvas");
+      tile.width = tile.height = 6;
+      const ink = tile.getContext("2d");
+      ink.strokeStyle = "rgba(255, 255, 255, 0.55)";
+      ink.lineWidth = 2;
+      ink.beginPath();
+      ink.moveTo(-1, 7);
+      ink.lineTo(7, -1);
+      ink.stroke();
+      this.stripes = context.createPattern(tile, "repeat");
+    }
+    return this.stripes;
+  }
+}
+
+// A retried step's segments, in order: each attempt (from its offset after the step's start)
+// and, after one that failed, the backoff waited before the next.
+function attemptSegments(step, start) {
+  const segments = [];
+  const count = step.attempt_log.length;
+  for (const attempt of step.attempt_log) {
+    const begin = start + (attempt.offset || 0) * 1000;
+    const end = begin + (attempt.seconds || 0) * 1000;
+    segments.push({ kind: "attempt", attempt, count, start: begin, end });
+    if (attempt.backoff > 0) segments.push({ kind: "wait", attempt, count, start: end, end: end + attempt.backoff * 1000 });
+  }
+  return segments;
+}
+
+// What one segment says: which attempt, how it ended and its error, or how long the wait was.
+export function segmentText(step, segment) {
+  const name = `${stepName(step)} · ${step.worker}`;
+  const { attempt, count } = segment;
+  if (segment.kind === "wait") return `${name}: waited ${formatSeconds(attempt.backoff)} after attempt ${attempt.attempt} before retrying`;
+  const outcome = attempt.error ? `failed after ${formatSeconds(attempt.seconds)}: ${attempt.error}` : `succeeded after ${formatSeconds(attempt.seconds)}`;
+  return `${name}: attempt ${attempt.attempt} of ${count} ${outcome}`;
+}
+
+// The element over a segment: its tooltip and accessible label (set as text, never as HTML).
+function markElement(step, segment, x, top, width, height) {
+  const mark = document.createElement("span");
+  const failed = segment.kind === "attempt" && segment.attempt.error;
+  mark.className = `timeline-mark timeline-${segment.kind}${failed ? " timeline-attempt-failed" : ""}`;
+  mark.dataset.step = String(step.id);
+  mark.dataset.attempt = String(segment.attempt.attempt);
+  mark.setAttribute("role", "img");
+  const text = segmentText(step, segment);
+  mark.setAttribute("aria-label", text);
+  mark.title = text;
+  mark.style.left = `${x}px`;
+  mark.style.top = `${top}px`;
+  mark.style.width = `${width}px`;
+  mark.style.height = `${height}px`;
+  return mark;
 }
 
 // A round's planning as a timeline row: the conductor's calls ended when the plan was stored.
@@ -176,6 +293,11 @@ function rowTooltip(row) {
   parts.push(row.instruction.split("\n", 1)[0].slice(0, 200));
   parts.push(`${row.status}${row.latency != null ? ` · ${formatSeconds(row.latency)}` : ""}`);
   if (row.attempts > 1) parts.push(`${row.attempts} attempts (retried with backoff)`);
+  if (row.attempt_log && row.attempt_log.length) {
+    for (const attempt of row.attempt_log) {
+      if (attempt.error) parts.push(`attempt ${attempt.attempt}: ${attempt.error.slice(0, 200)}${attempt.backoff > 0 ? ` (then waited ${formatSeconds(attempt.backoff)})` : ""}`);
+    }
+  }
   if (row.error) parts.push(`last error: ${row.error.slice(0, 300)}`);
   return parts.join("\n");
 }

@@ -190,6 +190,38 @@ async def test_retryable_errors_are_retried_with_exponential_backoff():
     assert result.totals.model_calls == 3
 
 
+async def test_each_attempt_of_a_retried_step_is_kept_with_its_error_and_the_wait_after_it():
+    client = FakeClient(
+        [
+            ModelError("rate limited", retryable=True, status=429),
+            ModelError("overloaded", retryable=True, status=503),
+            "Answer: 42",
+        ],
+        delay=0.01,
+    )
+    once = FakeClient(["Answer: 7"])
+    result = await run(
+        ScriptedStrategy([workflow((0, "task-a", []), (1, "task-b", [0]))]),
+        make_workers(clients=[client, once]),
+        settings=RunSettings(max_attempts=3, backoff=0.5),
+        sleep=RecordingSleep(),
+    )
+
+    assert result.status == "succeeded"
+    log = result.steps[0].attempt_log
+    assert [(a.attempt, a.error, a.backoff) for a in log] == [
+        (1, "rate limited", 0.5),
+        (2, "overloaded", 1.0),
+        (3, "", 0.0),
+    ]
+    assert log[0].offset == 0.0
+    for earlier, later in zip(log, log[1:], strict=False):
+        # Each call took the client's delay, and the next one started after it.
+        assert earlier.seconds >= 0.01
+        assert later.offset >= earlier.offset + earlier.seconds
+    assert result.steps[1].attempt_log == []  # its first call succeeded: nothing to show
+
+
 async def test_a_step_that_keeps_failing_fails_the_run_with_its_reason():
     client = FakeClient(fail_first=10)
     sleep = RecordingSleep()
@@ -208,6 +240,9 @@ async def test_a_step_that_keeps_failing_fails_the_run_with_its_reason():
     assert result.answer == ""
     assert sleep.delays == pytest.approx([0.1, 0.2, 0.4])
     assert client.call_count == 4
+    log = result.steps[0].attempt_log
+    assert [a.error for a in log] == ["rate limited"] * 4
+    assert [a.backoff for a in log] == pytest.approx([0.1, 0.2, 0.4, 0.0])  # none after the last
     assert [step.status for step in result.steps] == ["failed", "skipped"]
     assert result.steps[1].error == ("Not run: the run failed: step 0.0 (w0) failed: rate limited")
     assert observer.names() == [

@@ -9,6 +9,7 @@ import pytest
 from orchestrator.engine.grading import extract_answer
 from orchestrator.engine.types import ModelError
 from orchestrator.models import Plan, Run, RunEvent, Step
+from orchestrator.records import MAX_ATTEMPT_ERROR_CHARS
 from orchestrator.services.runs import run_create, run_execute
 from tests.orchestrator.services.conftest import SimulatedKill
 
@@ -139,6 +140,46 @@ def test_a_step_whose_model_fails_fails_the_run_cleanly(sim_pool, execute, call_
     assert step.error == "provider said 400" and step.attempts == 1
     types = [event["type"] for event in stored_events(run)]
     assert types[-2:] == ["step.failed", "run.finished"]
+
+
+def test_a_step_that_failed_twice_then_succeeded_stores_its_three_attempts(
+    sim_pool, execute, call_log, monkeypatch
+):
+    from tests.orchestrator.services.conftest import CountingClient
+
+    real_complete = CountingClient.complete
+    errors = ["provider said 429: slow down", "provider said 503: " + "overloaded " * 100]
+
+    async def flaky(self, messages, *, timeout):
+        if errors:
+            self.log.calls.append((self.model, "refused"))
+            raise ModelError(errors.pop(0), retryable=True)
+        return await real_complete(self, messages, timeout=timeout)
+
+    monkeypatch.setattr(CountingClient, "complete", flaky)
+    run = execute(new_run(sim_pool, strategy="single"))
+
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    step = Step.objects.get(run=run)
+    assert step.attempts == 3 and run.model_calls == 3
+    log = step.attempt_log
+    assert [a["attempt"] for a in log] == [1, 2, 3]
+    assert log[0]["error"] == "provider said 429: slow down"
+    assert log[1]["error"].startswith("provider said 503: overloaded")
+    assert len(log[1]["error"]) == MAX_ATTEMPT_ERROR_CHARS  # cut, like other errors
+    assert log[2]["error"] == ""
+    assert [a["backoff"] for a in log] == [0.5, 1.0, 0.0]  # the pool's default backoff, doubled
+    assert log[1]["offset"] >= log[0]["offset"] + log[0]["backoff"]
+    assert log[2]["offset"] >= log[1]["offset"] + log[1]["backoff"]
+    # Pages hear of it with the step's result.
+    finished = [e for e in stored_events(run) if e["type"] == "step.finished"][-1]
+    assert finished["step"]["attempt_log"] == log
+
+
+def test_a_step_that_succeeds_at_once_stores_no_attempt_log(sim_pool, execute):
+    run = execute(new_run(sim_pool, strategy="single"))
+
+    assert Step.objects.get(run=run).attempt_log == []
 
 
 def test_a_bug_marks_the_run_failed_and_propagates(sim_pool, execute, monkeypatch):

@@ -297,3 +297,33 @@ def test_a_stored_plan_attempt_missing_keys_reads_with_defaults(api_as, sim_pool
             "latency": 0.0,
         },
     ]
+
+
+def test_a_retried_steps_attempts_are_in_the_api_and_its_schema(api_as, sim_pool, viewer):
+    run = make_run(pool=sim_pool)
+    log = [
+        {
+            "attempt": 1,
+            "offset": 0.0,
+            "seconds": 0.25,
+            "error": "provider said 429",
+            "backoff": 0.5,
+        },
+        {"attempt": 2, "offset": 0.75, "seconds": 0.5, "error": "", "backoff": 0.0},
+    ]
+    step = make_step(run=run, status="succeeded", attempts=2, attempt_log=log)
+    # Stored JSON from the admin may lack keys: they read with defaults, not as a 500.
+    other = make_step(run=run, index=1, status="failed", attempt_log=[{"error": "boom"}])
+    client = api_as(viewer)
+
+    detail = client.get(reverse("api-step-detail", args=[step.pk])).json()
+    steps = client.get(reverse("api-run-detail", args=[run.pk])).json()["steps"]
+    schema = client.get(reverse("api-schema"), HTTP_ACCEPT="application/json").content.decode()
+
+    assert detail["attempt_log"] == log
+    assert steps[0]["attempt_log"] == log
+    assert steps[1]["attempt_log"] == [
+        {"attempt": 0, "offset": 0.0, "seconds": 0.0, "error": "boom", "backoff": 0.0}
+    ]
+    assert other.pk == steps[1]["id"]
+    assert "attempt_log" in schema and "StepAttemptOutput" in schema
