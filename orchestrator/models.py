@@ -249,6 +249,12 @@ class Run(models.Model):
                 condition=~models.Q(status__in=["succeeded", "failed", "cancelled"]),
                 name="run_unfinished_lease",
             ),
+            # The sweep that enqueues runs left queued reads only queued runs, oldest first.
+            models.Index(
+                fields=["created_at", "id"],
+                condition=models.Q(status="queued"),
+                name="run_queued_oldest",
+            ),
         ]
 
     def __str__(self) -> str:
