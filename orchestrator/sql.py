@@ -6,11 +6,11 @@ them. Everything here works on PostgreSQL and SQLite (with or without ``RETURNIN
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
-from django.db import DataError, connection, transaction
+from django.db import DataError, connection, models, transaction
 
 from orchestrator.models import Run, RunEvent
 
@@ -197,3 +197,48 @@ def advance_seq_storing(
             raise NotStoredInOneStatement from error
         raise
     return last_seq
+
+
+class ModelColumns:
+    """The columns of one model's rows read in plain SQL, turned into instances as the ORM would
+    (the same converters): for reads on the hot path that the ORM took longer to build than the
+    database to answer. Build one per model and database vendor (``model_columns``)."""
+
+    def __init__(self, model: type[models.Model]) -> None:
+        table = model._meta.db_table
+        quote = connection.ops.quote_name
+        fields = model._meta.concrete_fields
+        columns = [field.get_col(table) for field in fields]
+        self.model = model
+        self.count = len(fields)
+        self.sql = ", ".join(f"{quote(table)}.{quote(field.column)}" for field in fields)
+        self.attnames = [field.attname for field in fields]
+        self.converters: list[tuple[int, list[Callable[..., Any]], Any]] = []
+        for position, column in enumerate(columns):
+            converters = connection.ops.get_db_converters(column) + column.get_db_converters(
+                connection
+            )
+            if converters:
+                self.converters.append((position, converters, column))
+
+    def instance(self, values: Sequence[Any]) -> Any:
+        """A model instance from this model's columns, in ``sql``'s order."""
+        values = list(values)
+        for position, converters, column in self.converters:
+            value = values[position]
+            for converter in converters:
+                value = converter(value, column, connection)
+            values[position] = value
+        return self.model.from_db(connection.alias, self.attnames, values)
+
+
+_model_columns: dict[tuple[type[models.Model], str], ModelColumns] = {}
+
+
+def model_columns(model: type[models.Model]) -> ModelColumns:
+    """``ModelColumns`` of ``model`` on the database in use (built once)."""
+    key = (model, connection.vendor)
+    columns = _model_columns.get(key)
+    if columns is None:
+        columns = _model_columns[key] = ModelColumns(model)
+    return columns
