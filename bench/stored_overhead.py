@@ -5,10 +5,11 @@ The same simulated runs (zero latency, so no model time) are executed twice: by 
 it) and by the service (``run_execute_async``, which stores plans, steps and events and
 publishes each event to the channel layer after its commit). The overhead per step is the
 difference of the two wall times divided by the number of steps, so it includes each run's share
-of the plan rows and status changes. Both sides grade: a code task's answer runs in the sandbox
-(a process of its own, tens of milliseconds), which is not storing; ``grading_ms_per_step`` is
-what grading took on the bare side. The CPU figure is this process's alone (the sandbox's is
-not in it).
+of the plan rows and status changes. Grading is not storing: both sides grade, and code grading
+is off (``CONDUCTOR_CODE_GRADING=off``: a code task's run then has no reference), as a code
+answer runs in the sandbox, a process of its own whose tens of milliseconds, varying from one
+answer to the next, would drown the difference; ``grading_ms_per_step`` is what grading took on
+the bare side. The CPU figure is this process's alone.
 
 Each database gets a fresh process (settings read DATABASE_URL at import):
 - SQLite: a temporary file, the in-memory channel layer (the embedded default);
@@ -225,6 +226,9 @@ def _base_env() -> dict[str, str]:
         DJANGO_SETTINGS_MODULE="webui.settings",
         CONDUCTOR_SIM_LATENCY_SCALE="0",
         LOG_LEVEL="WARNING",
+        # Code answers are not graded (no sandbox process, whose time varies by tens of
+        # milliseconds from one answer to the next and is not storing); see the docstring.
+        CONDUCTOR_CODE_GRADING="off",
     )
     return env
 
