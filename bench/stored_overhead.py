@@ -40,7 +40,8 @@ from bench._support import run_bench_child
 
 RUNS = 40
 WARMUP_RUNS = 4
-TARGET_MS_PER_STEP = 3.0
+# Per database: SQLite (the embedded site) and PostgreSQL + channels_redis (production).
+TARGET_MS_PER_STEP = {"sqlite": 1.5, "postgresql": 3.0}
 ADMIN_DATABASE_URL = os.environ.get(
     "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"
 )
@@ -292,13 +293,13 @@ def main() -> None:
             f"{database} ({figures['channel_layer']}): {figures['runs']} runs, "
             f"{figures['steps']} steps; bare engine {figures['bare_ms_per_step']:.3f} ms/step, "
             f"stored {figures['stored_ms_per_step']:.3f} ms/step, overhead "
-            f"{figures['overhead_ms_per_step']:.3f} ms/step (target <= {TARGET_MS_PER_STEP:g}; "
+            f"{figures['overhead_ms_per_step']:.3f} ms/step (target <= {TARGET_MS_PER_STEP[database]:g}; "
             f"this process's CPU: {figures['overhead_cpu_ms_per_step']:.3f} ms/step); "
             f"grading (both sides) {figures['grading_ms_per_step']:.3f} ms/step; "
             f"run_create {figures['create_ms_per_run']:.2f} ms/run; committing without "
             f"waiting for the disk: overhead {figures['relaxed_overhead_ms_per_step']:.3f} ms/step"
         )
-    measured = [f for f in results.values() if "skipped" not in f]
+    measured = {d: f for d, f in results.items() if "skipped" not in f}
     print(
         json.dumps(
             {
@@ -308,9 +309,15 @@ def main() -> None:
                     for database, figures in results.items()
                     for key, value in figures.items()
                 },
-                "target_ms_per_step": TARGET_MS_PER_STEP,
+                **{
+                    f"{database}_target_ms_per_step": target
+                    for database, target in TARGET_MS_PER_STEP.items()
+                },
                 "load_average": round(load_before, 2),
-                "ok": all(f["overhead_ms_per_step"] <= TARGET_MS_PER_STEP for f in measured),
+                "ok": all(
+                    figures["overhead_ms_per_step"] <= TARGET_MS_PER_STEP[database]
+                    for database, figures in measured.items()
+                ),
             }
         )
     )
