@@ -93,9 +93,16 @@ def store_events(
             f"INSERT INTO {_EVENT_TABLE} (run_id, seq, type, data, created_at) VALUES {rows}",
             params,
         )
-    deliver = deliver or send
-    transaction.on_commit(lambda: [deliver(event) for event in events])
+    deliver_on_commit(events, deliver)
     return events
+
+
+def deliver_on_commit(events: list[dict[str, Any]], deliver: Deliver | None = None) -> None:
+    """Hand stored events to ``deliver`` (default: ``send``) in seq order once the transaction
+    commits (at once outside one)."""
+    if events:
+        hand = deliver or send
+        transaction.on_commit(lambda: [hand(event) for event in events])
 
 
 _EVENT_TABLE = RunEvent._meta.db_table

@@ -6,14 +6,17 @@ them. Everything here works on PostgreSQL and SQLite (with or without ``RETURNIN
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
-from django.db import connection
+from django.db import DataError, connection, models, transaction
 
-from orchestrator.models import Run
+from orchestrator.models import Run, RunEvent
 
 RUN_TABLE = Run._meta.db_table
+EVENT_TABLE = RunEvent._meta.db_table
+_EVENT_DATA = RunEvent._meta.get_field("data")
 _INSERT_BATCH = 500
 
 
@@ -61,7 +64,8 @@ def advance_seq(
     ``assignments`` of the same row and only where ``conditions`` hold.
 
     Returns ``(last_seq, *returning)`` as they are after the update, or None if no row matched.
-    The only place that takes seqs: every publisher goes through it.
+    With ``advance_seq_storing``, the only places that take seqs: every publisher goes through
+    one of them.
     """
     sets = ", ".join(("last_seq = last_seq + %s", *assignments))
     where = " AND ".join(("id = %s", *conditions))
@@ -104,3 +108,137 @@ def insert_rows(rows: list[Any]) -> None:
             row.pk = pk
             row._state.adding = False
             row._state.db = connection.alias
+
+
+class NotStoredInOneStatement(Exception):
+    """``advance_seq_storing`` found the rows not as the caller expected and wrote nothing: the
+    caller stores the callback the general way (several statements in a transaction), which
+    tells what happened (the run finished or was taken over, the step has its result)."""
+
+
+def can_store_in_one_statement() -> bool:
+    """Whether ``advance_seq_storing`` works here: PostgreSQL, whose UPDATE and INSERT can be
+    parts of one statement (``WITH``). SQLite runs its statements in process, without a round
+    trip to save."""
+    return connection.vendor == "postgresql"
+
+
+def advance_seq_storing(
+    run_id: int,
+    *,
+    step_sql: str = "",
+    step_params: Sequence[Any] = (),
+    assignments: Sequence[str] = (),
+    assignment_params: Sequence[Any] = (),
+    conditions: Sequence[str] = (),
+    condition_params: Sequence[Any] = (),
+    events: Sequence[dict[str, Any]] = (),
+    created_at: Any,
+    quiet_without_step: bool = False,
+) -> int | None:
+    """One engine callback in one statement (PostgreSQL; see ``can_store_in_one_statement``):
+    the UPDATE ``step_sql`` of a step row (``... RETURNING id``), then the UPDATE of the run row
+    that takes the seqs of ``events`` (with ``assignments``, where ``conditions`` hold, and only
+    if the step's row was updated), then the INSERT of the events, each given its seq by the
+    database. Outside a transaction the statement commits by itself: no BEGIN, no COMMIT, one
+    round trip where the general way takes five.
+
+    ``events`` are the stored events without their ``seq``. The step's row is updated before
+    the run's, the order every writer locks them in (``services/ending.py``). Returns the run's
+    new last_seq; None if the step's row matched nothing and ``quiet_without_step`` (then
+    nothing was written). Raises NotStoredInOneStatement, having written nothing, if the run's
+    row matched nothing, or the step's row matched nothing without ``quiet_without_step``.
+    """
+    count = len(events)
+    params: list[Any] = []
+    parts: list[str] = []
+    if step_sql:
+        parts.append(f"step_row AS ({step_sql})")
+        params += step_params
+    sets = ", ".join(("last_seq = last_seq + %s", *assignments))
+    where = " AND ".join(
+        ("id = %s", *conditions, *(["EXISTS (SELECT 1 FROM step_row)"] if step_sql else []))
+    )
+    parts.append(f"run_row AS (UPDATE {RUN_TABLE} SET {sets} WHERE {where} RETURNING last_seq)")
+    params += [count, *assignment_params, run_id, *condition_params]
+    if events:
+        values = ", ".join(
+            f"({position}, %s, CAST(%s AS jsonb))" for position in range(1, count + 1)
+        )
+        parts.append(
+            f"new_events AS (INSERT INTO {EVENT_TABLE} (run_id, seq, type, data, created_at) "
+            "SELECT %s, seq, type, data || jsonb_build_object('seq', seq), %s FROM ("
+            "SELECT run_row.last_seq - %s + item.position AS seq, item.type, item.data "
+            f"FROM run_row, (VALUES {values}) AS item(position, type, data)"
+            ") AS numbered)"
+        )
+        params += [run_id, created_at, count]
+        for event in events:
+            params += [event["type"], _EVENT_DATA.get_db_prep_save(event, connection)]
+    # A division by zero (nothing else divides here) undoes the whole statement when what it
+    # found is not what the caller expected; see NotStoredInOneStatement.
+    step_count = "(SELECT count(*) FROM step_row)" if step_sql else "1"
+    expected = "run_row.last_seq IS NOT NULL"
+    if quiet_without_step:
+        expected += " OR stepped.n = 0"
+    sql = (
+        f"WITH {', '.join(parts)} SELECT run_row.last_seq, "
+        f"1 / (CASE WHEN {expected} THEN 1 ELSE 0 END) "
+        f"FROM (SELECT {step_count} AS n) AS stepped LEFT JOIN run_row ON true"
+    )
+    try:
+        # In a transaction (tests, a caller's atomic block), a savepoint to undo to.
+        savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
+        with savepoint, connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            (last_seq, _) = cursor.fetchone()
+    except DataError as error:
+        if getattr(error.__cause__, "sqlstate", None) == "22012":  # division_by_zero
+            raise NotStoredInOneStatement from error
+        raise
+    return last_seq
+
+
+class ModelColumns:
+    """The columns of one model's rows read in plain SQL, turned into instances as the ORM would
+    (the same converters): for reads on the hot path that the ORM took longer to build than the
+    database to answer. Build one per model and database vendor (``model_columns``)."""
+
+    def __init__(self, model: type[models.Model]) -> None:
+        table = model._meta.db_table
+        quote = connection.ops.quote_name
+        fields = model._meta.concrete_fields
+        columns = [field.get_col(table) for field in fields]
+        self.model = model
+        self.count = len(fields)
+        self.sql = ", ".join(f"{quote(table)}.{quote(field.column)}" for field in fields)
+        self.attnames = [field.attname for field in fields]
+        self.converters: list[tuple[int, list[Callable[..., Any]], Any]] = []
+        for position, column in enumerate(columns):
+            converters = connection.ops.get_db_converters(column) + column.get_db_converters(
+                connection
+            )
+            if converters:
+                self.converters.append((position, converters, column))
+
+    def instance(self, values: Sequence[Any]) -> Any:
+        """A model instance from this model's columns, in ``sql``'s order."""
+        values = list(values)
+        for position, converters, column in self.converters:
+            value = values[position]
+            for converter in converters:
+                value = converter(value, column, connection)
+            values[position] = value
+        return self.model.from_db(connection.alias, self.attnames, values)
+
+
+_model_columns: dict[tuple[type[models.Model], str], ModelColumns] = {}
+
+
+def model_columns(model: type[models.Model]) -> ModelColumns:
+    """``ModelColumns`` of ``model`` on the database in use (built once)."""
+    key = (model, connection.vendor)
+    columns = _model_columns.get(key)
+    if columns is None:
+        columns = _model_columns[key] = ModelColumns(model)
+    return columns

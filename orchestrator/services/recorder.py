@@ -9,6 +9,7 @@ run's status) so that each callback costs two to four statements, in plain SQL o
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -25,7 +26,15 @@ from orchestrator.records import (
     workflow_to_data,
 )
 from orchestrator.services.ending import close_open_steps, lock_open_steps, run_end_reason
-from orchestrator.sql import RUN_TABLE, advance_seq, db_datetime, insert_rows
+from orchestrator.sql import (
+    RUN_TABLE,
+    NotStoredInOneStatement,
+    advance_seq,
+    advance_seq_storing,
+    can_store_in_one_statement,
+    db_datetime,
+    insert_rows,
+)
 
 TOTAL_FIELDS = wire.TOTAL_FIELDS
 STEP_TABLE = Step._meta.db_table
@@ -36,6 +45,10 @@ STEP_RESULT_FIELDS = (
 _STEP_RESULT_SQL = (
     f"UPDATE {STEP_TABLE} SET {', '.join(f'{field} = %s' for field in STEP_RESULT_FIELDS)} "
     "WHERE id = %s AND status NOT IN (%s, %s)"
+)
+_STEP_STARTED_SQL = (
+    f"UPDATE {STEP_TABLE} SET status = %s, messages = %s, started_at = %s, finished_at = NULL, "
+    "error = '' WHERE id = %s AND status != %s"
 )
 _STEP_MESSAGES = Step._meta.get_field("messages")
 _STEP_ATTEMPT_LOG = Step._meta.get_field("attempt_log")
@@ -194,6 +207,71 @@ class RunRecorder:
             params += [str(status) for status in Run.FINISHED]
         return conditions, params
 
+    def _store_in_one_statement(
+        self,
+        items: list[tuple[str, dict[str, Any]]],
+        *,
+        step_sql: str = "",
+        step_params: Sequence[Any] = (),
+        add: dict[str, Any] | None = None,
+        move_to: str | None = None,
+        quiet_without_step: bool = False,
+    ) -> int | None:
+        """Store a callback in one statement where the database can (``sql.advance_seq_storing``):
+        the step's row, the run's (only while its totals are what this recorder last read, so the
+        totals in ``items`` are the row's), the events. Returns the run's new last_seq (None: no
+        step row matched, nothing written). Raises NotStoredInOneStatement when the caller must
+        store the callback the general way, which has nothing written to undo."""
+        add = add or {}
+        assignments: list[str] = []
+        assignment_params: list[Any] = []
+        for field, amount in add.items():
+            assignments.append(f"{field} = {field} + %s")
+            assignment_params.append(amount)
+        if move_to is not None:
+            assignments += ["status = %s", "started_at = COALESCE(started_at, %s)"]
+            assignment_params += [str(move_to), db_datetime(timezone.now())]
+        conditions, condition_params = self._conditions(True)
+        for field in TOTAL_FIELDS:
+            conditions.append(f"{field} IS NOT DISTINCT FROM %s")
+            condition_params.append(self.totals[field])
+        for type, _ in items:
+            if type not in wire.EVENT_SHAPES:
+                raise ValueError(f"unknown event type {type!r}")
+        last_seq = advance_seq_storing(
+            self.run_id,
+            step_sql=step_sql,
+            step_params=step_params,
+            assignments=assignments,
+            assignment_params=assignment_params,
+            conditions=conditions,
+            condition_params=condition_params,
+            events=[{"type": type, "run": self.run_id, **data} for type, data in items],
+            created_at=db_datetime(timezone.now()),
+            quiet_without_step=quiet_without_step,
+        )
+        if last_seq is None:
+            return None
+        for field, amount in add.items():
+            self.totals[field] += amount
+        if move_to is not None:
+            self.status = move_to
+        first = last_seq - len(items) + 1
+        events.deliver_on_commit(
+            [
+                {"type": type, "run": self.run_id, "seq": first + offset, **data}
+                for offset, (type, data) in enumerate(items)
+            ],
+            self.deliver,
+        )
+        return last_seq
+
+    def _totals_after(self, add: dict[str, Any]) -> dict[str, Any]:
+        return {
+            field: value + add[field] if field in add else value
+            for field, value in self.totals.items()
+        }
+
     def _step_row(self, record: StepRecord) -> Step:
         key = (record.round, record.index)
         row = self.steps.get(key)
@@ -241,6 +319,17 @@ class RunRecorder:
 
     def planning(self, round: int) -> None:
         """The strategy is about to write the workflow of ``round``."""
+        if can_store_in_one_statement() and self.status is not None:
+            planning = str(Run.Status.PLANNING)
+            moving = self.status != planning
+            try:
+                self._store_in_one_statement(
+                    [(wire.RUN_STATUS, {"status": planning})] if moving else [],
+                    move_to=planning if moving else None,
+                )
+                return
+            except NotStoredInOneStatement:
+                pass  # finished or taken over: the general way tells which
         with transaction.atomic():
             last_seq, moved = self._advance_run(event_count=0, move_to=Run.Status.PLANNING)
             if moved:
@@ -317,21 +406,47 @@ class RunRecorder:
         row = self._step_row(record)
         messages = list(record.messages)
         started_at = timezone.now()
+        started = {
+            "status": Step.Status.RUNNING,
+            "messages": messages,
+            "started_at": started_at,
+            "finished_at": None,
+            "error": "",
+        }
+        params = [
+            str(Step.Status.RUNNING),
+            _STEP_MESSAGES.get_db_prep_save(messages, connection),
+            db_datetime(started_at),
+            row.pk,
+            str(Step.Status.SUCCEEDED),
+        ]
+        if (
+            can_store_in_one_statement()
+            and self.status is not None
+            and row.status != Step.Status.SUCCEEDED
+        ):
+            running = str(Run.Status.RUNNING)
+            moving = self.status != running
+            shown = _with(row, started)
+            try:
+                self._store_in_one_statement(
+                    [
+                        *([(wire.RUN_STATUS, {"status": running})] if moving else []),
+                        (wire.STEP_STARTED, {"step": wire.step_data(shown)}),
+                    ],
+                    step_sql=f"{_STEP_STARTED_SQL} RETURNING id",
+                    step_params=params,
+                    move_to=running if moving else None,
+                )
+                _set(row, started)
+                return
+            except NotStoredInOneStatement:
+                pass  # the general way below tells what happened
         with transaction.atomic():
             written = False
             if row.status != Step.Status.SUCCEEDED:  # a stored result is kept
                 with connection.cursor() as cursor:
-                    cursor.execute(
-                        f"UPDATE {STEP_TABLE} SET status = %s, messages = %s, started_at = %s, "
-                        "finished_at = NULL, error = '' WHERE id = %s AND status != %s",
-                        [
-                            str(Step.Status.RUNNING),
-                            _STEP_MESSAGES.get_db_prep_save(messages, connection),
-                            db_datetime(started_at),
-                            row.pk,
-                            str(Step.Status.SUCCEEDED),
-                        ],
-                    )
+                    cursor.execute(_STEP_STARTED_SQL, params)
                     written = cursor.rowcount == 1
             last_seq, moved = self._advance_run(
                 event_count=int(written), move_to=Run.Status.RUNNING
@@ -340,11 +455,7 @@ class RunRecorder:
             if moved:
                 items.append((wire.RUN_STATUS, {"status": str(Run.Status.RUNNING)}))
             if written:
-                row.status = Step.Status.RUNNING
-                row.messages = messages
-                row.started_at = started_at
-                row.finished_at = None
-                row.error = ""
+                _set(row, started)
                 items.append((wire.STEP_STARTED, {"step": wire.step_data(row)}))
             if items:
                 self._publish(items, last_seq)
@@ -381,6 +492,33 @@ class RunRecorder:
             str(Step.Status.SUCCEEDED),
             str(Step.Status.FAILED),
         ]
+        add = {
+            "tokens_in": record.tokens_in,
+            "tokens_out": record.tokens_out,
+            "cost": record.cost,
+            "model_calls": record.attempts,
+        }
+        event_type = wire.STEP_FINISHED if succeeded else wire.STEP_FAILED
+        if can_store_in_one_statement():
+            shown = _with(row, values)
+            try:
+                stored = self._store_in_one_statement(
+                    [
+                        (
+                            event_type,
+                            {"step": wire.step_data(shown), "totals": self._totals_after(add)},
+                        )
+                    ],
+                    step_sql=f"{_STEP_RESULT_SQL} RETURNING id",
+                    step_params=params,
+                    add=add,
+                    quiet_without_step=True,  # the step has its result: it is kept
+                )
+                if stored is not None:
+                    _set(row, values)
+                return
+            except NotStoredInOneStatement:
+                pass  # the run finished or was taken over: the general way below raises
         with transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute(_STEP_RESULT_SQL, params)
@@ -389,18 +527,8 @@ class RunRecorder:
             # Checks the run is still going: a result that arrives after the run finished (a
             # cancel while the step ran) is rolled back, as the step ended cancelled and
             # run.finished must stay the run's last event.
-            last_seq, _ = self._advance_run(
-                event_count=1,
-                add={
-                    "tokens_in": record.tokens_in,
-                    "tokens_out": record.tokens_out,
-                    "cost": record.cost,
-                    "model_calls": record.attempts,
-                },
-            )
-            for field, value in values.items():
-                setattr(row, field, value)
-            event_type = wire.STEP_FINISHED if succeeded else wire.STEP_FAILED
+            last_seq, _ = self._advance_run(event_count=1, add=add)
+            _set(row, values)
             data = {"step": wire.step_data(row), "totals": dict(self.totals)}
             self._publish([(event_type, data)], last_seq)
 
@@ -479,3 +607,15 @@ class RunRecorder:
 
     def _worker_id(self, index: int) -> int | None:
         return self.worker_ids[index] if 0 <= index < len(self.worker_ids) else None
+
+
+def _with(row: Step, values: dict[str, Any]) -> Step:
+    """A copy of a step's row with ``values`` set (what its event shows once they are stored)."""
+    shown = copy.copy(row)
+    _set(shown, values)
+    return shown
+
+
+def _set(row: Step, values: dict[str, Any]) -> None:
+    for field, value in values.items():
+        setattr(row, field, value)

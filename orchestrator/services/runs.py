@@ -53,6 +53,7 @@ from orchestrator.services.ownership import (
 from orchestrator.services.recorder import RunClosed, RunTakenOver
 from orchestrator.services.recording import RecordingObserver
 from orchestrator.services.replay import replay_execution_state, replay_strategy
+from orchestrator.sql import model_columns
 from orchestrator.telemetry import run_trace_enqueue
 
 logger = logging.getLogger(__name__)
@@ -420,17 +421,15 @@ def _load_execution(*, run_id: int, executor: str, exclusive: bool) -> _Executio
     claim = run_claim(run_id=run_id, executor=executor, lease_seconds=lease_seconds)
     if claim is None:
         return None
-    run = Run.objects.select_related("pool").get(pk=run_id)
+    run, pool = _run_and_pool(run_id)
     # Every plan or step the recorder stores comes with its events, in the same transaction: a
     # queued run that has published nothing since its creation has none to resume from.
     fresh = run.status == Run.Status.QUEUED and run.last_seq <= 1
     execution = _Execution(
         run=run,
         claim=claim,
-        pool=run.pool,
-        workers=list(
-            Worker.objects.filter(pool_id=run.pool_id, enabled=True).order_by("position", "id")
-        ),
+        pool=pool,
+        workers=_enabled_workers(run.pool_id),
         plans=[] if fresh else list(Plan.objects.filter(run_id=run_id).order_by("round")),
         steps=[] if fresh else list(Step.objects.filter(run_id=run_id).order_by("round", "index")),
     )
@@ -439,6 +438,41 @@ def _load_execution(*, run_id: int, executor: str, exclusive: bool) -> _Executio
             run=run, plans=execution.plans, steps=execution.steps, workers=execution.workers
         )
     return execution
+
+
+def _run_and_pool(run_id: int) -> tuple[Run, Pool]:
+    """``Run.objects.select_related("pool").get(pk=run_id)`` in plain SQL: every execution
+    loads them, and the ORM took longer to build the query than the database to answer it."""
+    run_columns, pool_columns = model_columns(Run), model_columns(Pool)
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {run_columns.sql}, {pool_columns.sql} FROM {quote(Run._meta.db_table)} "
+            f"JOIN {quote(Pool._meta.db_table)} ON {quote(Pool._meta.db_table)}.id = "
+            f"{quote(Run._meta.db_table)}.pool_id WHERE {quote(Run._meta.db_table)}.id = %s",
+            [run_id],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise Run.DoesNotExist(f"run {run_id} does not exist")
+    run = run_columns.instance(row[: run_columns.count])
+    pool = pool_columns.instance(row[run_columns.count :])
+    run.pool = pool
+    return run, pool
+
+
+def _enabled_workers(pool_id: int) -> list[Worker]:
+    """A pool's enabled workers in order (``position``, ``id``), in plain SQL as above."""
+    columns = model_columns(Worker)
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns.sql} FROM {quote(Worker._meta.db_table)} WHERE "
+            f"{quote('pool_id')} = %s AND {quote('enabled')} = %s "
+            f"ORDER BY {quote('position')}, {quote('id')}",
+            [pool_id, True],
+        )
+        return [columns.instance(row) for row in cursor.fetchall()]
 
 
 def run_settings_for(pool: Pool) -> RunSettings:
