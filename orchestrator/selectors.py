@@ -397,7 +397,7 @@ def run_page_state(*, run: Run) -> wire.PageState:
     return {
         "seq": run.last_seq,
         "state": state,
-        "graph": build_graph(plans=state["plans"], steps=state["steps"]),
+        "graph": wire.page_graph(build_graph(plans=state["plans"], steps=state["steps"])),
         "geometry": geometry(),
     }
 
@@ -549,9 +549,14 @@ def compare_page_state(*, runs: Sequence[Run]) -> wire.ComparePage:
     pages: list[wire.PageState] = []
     for run, steps in zip(runs, steps_of_runs, strict=True):
         state: wire.RunState = {"run": wire.run_data(run), "plans": plans[run.pk], "steps": steps}
-        graph = build_graph(plans=state["plans"], steps=state["steps"])
+        graph = wire.page_graph(build_graph(plans=state["plans"], steps=state["steps"]))
         pages.append({"seq": run.last_seq, "state": state, "graph": graph, "geometry": geometry()})
-    return {"comparison": _comparison(runs, steps_of_runs, responses), "pages": pages}
+    comparison = _comparison(runs, steps_of_runs, responses)
+    rows: list[wire.PageCompareRow] = [
+        {**row, "steps": [step["id"] if step else None for step in row["steps"]]}
+        for row in comparison["steps"]
+    ]
+    return {"comparison": {**comparison, "steps": rows}, "pages": pages}
 
 
 # Datasets and experiments ------------------------------------------------------------------------

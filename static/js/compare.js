@@ -30,6 +30,10 @@ async function api(path) {
   return response.json();
 }
 
+// The page names each row's steps by id: each step is once in the page, in its run's state.
+const stepsById = pages.map((page) => new Map(page.state.steps.map((step) => [step.id, step])));
+for (const row of rows) row.steps = row.steps.map((id, runIndex) => (id == null ? null : stepsById[runIndex].get(id) || null));
+
 // Which aligned row each step is in, and how a run's step there differs from the first run's
 // (the first run's own step takes the row's kind: same, changed or removed).
 const rowOfStep = new Map();

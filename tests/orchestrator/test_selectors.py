@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from orchestrator import selectors
+from orchestrator import selectors, wire
 from orchestrator.models import Membership, Run
 from tests.factories import make_member, make_plan, make_pool, make_project, make_run, make_step
 
@@ -205,5 +205,5 @@ def test_run_page_state_is_one_snapshot_with_its_seq_and_the_same_graph(sim_pool
     assert state["seq"] == 7
     assert [step["id"] for step in state["state"]["steps"]] == [first.pk, second.pk]
     # The graph is the one the API serves for the same run: one layout, not a second kind.
-    assert state["graph"] == selectors.run_graph(run=run)
+    assert state["graph"] == wire.page_graph(selectors.run_graph(run=run))
     assert state["geometry"]["column_width"] > 0

@@ -436,9 +436,18 @@ export class GraphView {
     const elements = [];
     for (const group of graph.groups) elements.push(this.groupElement(group));
     for (const node of graph.nodes) elements.push(node.kind === "plan" ? this.planElement(node) : this.stepElement(node));
+    // The page's own graph names its steps by id and position (wire.PageGraph); the steps are
+    // in the store.
+    const positions = graph.steps || [];
+    for (let i = 0; i < positions.length; i += 3) {
+      const id = positions[i];
+      const step = this.store.steps.get(id);
+      if (step) elements.push(this.stepElement({ id: `s${id}`, step: id, round: step.round, x: positions[i + 1], y: positions[i + 2] }));
+    }
+    const edges = graph.edges.map((edge) => (Array.isArray(edge) ? { id: `${edge[0]}-${edge[1]}`, source: edge[0], target: edge[1], kind: edge[2] } : edge));
     const large = this.cy ? this.large : graph.step_count > LARGE_GRAPH;
-    if (large) this.edgeSets.set(round == null ? "all" : round, graph.edges);
-    else for (const edge of graph.edges) elements.push({ group: "edges", data: edge });
+    if (large) this.edgeSets.set(round == null ? "all" : round, edges);
+    else for (const edge of edges) elements.push({ group: "edges", data: edge });
 
     if (!this.cy) {
       this.create(elements, graph.step_count);
