@@ -181,7 +181,7 @@ const live = new LiveConnection({
 header.render();
 cancelButton.render();
 replay.renderStrip();
-// The page folds the list of a long run (see the template): it is built once the graph is drawn.
+// The page folds the list of a long run (see the template): it is built when opened.
 if (document.getElementById("steps-section").open) stepList.renderAll();
 else stepList.renderLater();
 renderRoundPlans();

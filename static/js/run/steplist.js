@@ -26,16 +26,18 @@ export class StepList {
     });
   }
 
-  // A long list (its section folded: the page drew it closed) is built after the graph has
-  // drawn, when the browser is idle, or at once when its section is opened.
+  // A long list (its section folded: the page draws it closed) is built when its section is
+  // first opened (or a step is to be focused in it): tens of thousands of items cost seconds,
+  // and nobody sees them folded.
   renderLater() {
     this.pending = true;
-    const render = () => {
-      if (this.pending) this.renderAll();
-    };
-    this.list.closest("details")?.addEventListener("toggle", render, { once: true });
-    if ("requestIdleCallback" in window) requestIdleCallback(render, { timeout: 3000 });
-    else setTimeout(render, 200);
+    this.list.closest("details")?.addEventListener(
+      "toggle",
+      () => {
+        if (this.pending) this.renderAll();
+      },
+      { once: true },
+    );
   }
 
   renderAll() {
