@@ -541,7 +541,11 @@ def _compared_steps(runs: Sequence[Run]) -> tuple[list[list[wire.Step]], dict[in
 
 
 def _comparison(
-    runs: Sequence[Run], steps_of_runs: list[list[wire.Step]], responses: dict[int, str]
+    runs: Sequence[Run],
+    steps_of_runs: list[list[wire.Step]],
+    responses: dict[int, str],
+    *,
+    word_diffs: bool = True,
 ) -> wire.Comparison:
     from orchestrator.comparing import compare
 
@@ -549,6 +553,7 @@ def _comparison(
         runs=[{"run": wire.run_data(run), "pool_name": run.pool.name} for run in runs],
         steps_of_runs=steps_of_runs,
         responses=responses,
+        word_diffs=word_diffs,
     )
 
 
@@ -560,9 +565,9 @@ def run_compare(*, runs: Sequence[Run]) -> wire.Comparison:
 
 
 def compare_page_state(*, runs: Sequence[Run]) -> wire.ComparePage:
-    """What the compare page embeds: the comparison, and each run's page state (its snapshot and
-    graph laid out from it, as ``run_page_state`` gives the run page), from one read of the
-    steps and one of the plans."""
+    """What the compare page embeds: the comparison without the steps' word diffs (rows name
+    their steps by id), and each run's page state (its snapshot and graph laid out from it, as
+    ``run_page_state`` gives the run page), from one read of the steps and one of the plans."""
     from orchestrator.graph import build_graph, geometry
 
     steps_of_runs, responses = _compared_steps(runs)
@@ -578,9 +583,17 @@ def compare_page_state(*, runs: Sequence[Run]) -> wire.ComparePage:
         state: wire.RunState = {"run": wire.run_data(run), "plans": plans[run.pk], "steps": steps}
         graph = wire.page_graph(build_graph(plans=state["plans"], steps=state["steps"]))
         pages.append({"seq": run.last_seq, "state": state, "graph": graph, "geometry": geometry()})
-    comparison = _comparison(runs, steps_of_runs, responses)
+    # The steps' word diffs are left out: the page asks the API for them once its graphs are
+    # drawn (they were most of the work and of the page's size for runs that differ throughout).
+    comparison = _comparison(runs, steps_of_runs, responses, word_diffs=False)
     rows: list[wire.PageCompareRow] = [
-        {**row, "steps": [step["id"] if step else None for step in row["steps"]]}
+        {
+            "round": row["round"],
+            "index": row["index"],
+            "change": row["change"],
+            "changes": row["changes"],
+            "steps": [step["id"] if step else None for step in row["steps"]],
+        }
         for row in comparison["steps"]
     ]
     return {"comparison": {**comparison, "steps": rows}, "pages": pages}

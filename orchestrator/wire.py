@@ -912,14 +912,14 @@ class Comparison(TypedDict):
 
 class PageCompareRow(TypedDict):
     """A ``CompareRow`` as the compare page embeds it: each run's step there by id (the step is
-    in that run's page state), null where it has none."""
+    in that run's page state), null where it has none, and no word diffs (the page asks
+    ``GET /api/compare/`` for them once its graphs are drawn)."""
 
     round: int
     index: int
     change: ChangeKind
     changes: list[ChangeKind | None]
     steps: list[int | None]
-    diffs: list[StepDiff | None]
 
 
 class PageComparison(TypedDict):
