@@ -18,7 +18,8 @@ pair:
 - ``drawn_ms``: from navigation start of ``/compare/?runs=A,B`` until both graphs have drawn their
   first frame with the change marks (``#compare-page[data-state=ready]``), median of 3 fresh
   pages (``html_ms``, ``state_read_ms``, ``graphs_created_ms``: when the page had its HTML, had
-  read its embedded state, had handed the second graph to Cytoscape); ``click_ms``: from then
+  read its embedded state, had handed the second graph to Cytoscape; ``html_bytes``: the page's
+  size); ``click_ms``: from then
   until a click on a changed node shows its word diff;
 - ``run_page_drawn_ms``: the baseline in the same conditions, the first run alone on its run
   page until its graph is drawn (median of 3), and ``drawn_vs_run_page``, the ratio: on this
@@ -128,9 +129,10 @@ def visit(page, base_url: str, run_ids: list[int]) -> dict[str, int]:
             const nav = performance.getEntriesByType("navigation")[0];
             const mark = (name) => performance.getEntriesByName(name).at(-1)?.startTime;
             return {html: nav.responseEnd, state_read: mark("compare-page:state-read"),
-                    graphs_created: mark("run-page:graph-created")};
+                    graphs_created: mark("run-page:graph-created"), bytes: nav.decodedBodySize};
         }"""
     )
+    html_bytes = timing.pop("bytes")
     step_id = page.evaluate(
         "window.comparePage.rows.find((row) => row.change === 'changed').steps[1].id"
     )
@@ -144,6 +146,7 @@ def visit(page, base_url: str, run_ids: list[int]) -> dict[str, int]:
     return {
         "drawn_ms": round(drawn_ms),
         "click_ms": round(click_ms),
+        "html_bytes": html_bytes,
         **{f"{name}_ms": round(value) for name, value in timing.items() if value is not None},
     }
 

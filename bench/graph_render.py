@@ -10,6 +10,7 @@ Chromium (Playwright) logs in, then for each run:
   set on Cytoscape's first rendered frame);
 - ``click_ms``: from navigation start until a real mouse click on a step's node has opened its
   details panel with the step's response (so the page is drawn *and* responds);
+- ``html_bytes`` and ``html_ms``: the page's size and when it had arrived (the server's part);
 - for a collapsed run (50,000 steps: rounds folded into groups), ``open_round_ms`` is the time to
   open one round by clicking its group, and ``click_ms`` then includes opening the round.
 
@@ -181,6 +182,12 @@ def measure(page, base_url: str, run_id: int) -> dict[str, float]:
     page.wait_for_selector("#run-graph[data-state=ready]", timeout=120_000)
     graph_ms = (time.perf_counter() - started) * 1000
     figures = {"graph_ms": round(graph_ms)}
+    # What the page weighs (its embedded state is most of it), and when its HTML had come.
+    navigation = page.evaluate(
+        "(() => { const nav = performance.getEntriesByType('navigation')[0];"
+        " return [nav.decodedBodySize, Math.round(nav.responseEnd)]; })()"
+    )
+    figures["html_bytes"], figures["html_ms"] = navigation
     collapsed = page.evaluate("window.runPage.graph.collapsed")
     if collapsed:
         opened = time.perf_counter()

@@ -125,11 +125,7 @@ def step_diff(
     differ: WordDiffer,
 ) -> wire.StepDiff | None:
     """How ``other`` differs from ``first`` (two steps at one position), or None if it does not."""
-    changed = [
-        name
-        for name in wire.COMPARED_FIELDS
-        if _field(first, first_response, name) != _field(other, other_response, name)
-    ]
+    changed = changed_fields(first, first_response, other, other_response)
     if not changed:
         return None
     diff: dict[str, Any] = {"changed": changed}
@@ -138,6 +134,17 @@ def step_diff(
             _field(first, first_response, name), _field(other, other_response, name)
         )
     return diff  # type: ignore[return-value]
+
+
+def changed_fields(
+    first: Mapping[str, Any], first_response: str, other: Mapping[str, Any], other_response: str
+) -> list[str]:
+    """The compared fields in which ``other`` differs from ``first`` (no word diffs)."""
+    return [
+        name
+        for name in wire.COMPARED_FIELDS
+        if _field(first, first_response, name) != _field(other, other_response, name)
+    ]
 
 
 def _overall(first_present: bool, later: Sequence[wire.ChangeKind | None]) -> wire.ChangeKind:
@@ -158,8 +165,10 @@ def align(
     responses: Mapping[int, str],
     *,
     differ: WordDiffer,
+    word_diffs: bool = True,
 ) -> list[wire.CompareRow]:
-    """One row per (round, index) that any run has, in order, each marked against the first run."""
+    """One row per (round, index) that any run has, in order, each marked against the first run.
+    Without ``word_diffs`` every diff is None (the kinds of change are still found)."""
     by_position = [
         {(step["round"], step["index"]): step for step in steps} for steps in steps_of_runs
     ]
@@ -176,7 +185,7 @@ def align(
                 change: wire.ChangeKind | None = None if step is None else "added"
             elif step is None:
                 change = "removed"
-            else:
+            elif word_diffs:
                 diff = step_diff(
                     first,
                     responses.get(first["id"], ""),
@@ -185,6 +194,11 @@ def align(
                     differ=differ,
                 )
                 change = "same" if diff is None else "changed"
+            else:
+                same = not changed_fields(
+                    first, responses.get(first["id"], ""), step, responses.get(step["id"], "")
+                )
+                change = "same" if same else "changed"
             changes.append(change)
             diffs.append(diff)
         rows.append(
@@ -248,11 +262,13 @@ def compare(
     steps_of_runs: Sequence[Sequence[wire.Step]],
     responses: Mapping[int, str],
     differ: WordDiffer | None = None,
+    word_diffs: bool = True,
 ) -> wire.Comparison:
     """The comparison of ``runs`` (the first is the reference), given each run's steps in order
-    and the responses of their steps by step id."""
+    and the responses of their steps by step id; without ``word_diffs``, the steps' diffs are
+    left out (None) and only their kinds of change found."""
     differ = differ or WordDiffer()
-    rows = align(steps_of_runs, responses, differ=differ)
+    rows = align(steps_of_runs, responses, differ=differ, word_diffs=word_diffs)
     counts = dict.fromkeys(wire.CHANGE_KINDS, 0)
     for row in rows:
         counts[row["change"]] += 1

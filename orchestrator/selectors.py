@@ -7,6 +7,7 @@ show already joined, so a page costs a constant number of queries however many r
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -14,8 +15,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce, Substr, TruncDate
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Sum, TextField
+from django.db.models.functions import Cast, Coalesce, Substr, TruncDate
 
 from orchestrator import wire
 from orchestrator.engine import strategies
@@ -327,6 +328,29 @@ def pools_runnable_by(*, user: Any) -> QuerySet[Pool]:
     )
 
 
+_STEP_JSON_COLUMNS = ("access", "reads")
+
+
+def _step_values(steps: QuerySet[Step], columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """``steps.values_list(*columns)``, with the JSON columns read as text and decoded in one
+    ``json.loads`` for all rows: decoding them one value at a time (Django's JSONField) took
+    more than the rest of the read on runs of thousands of steps."""
+    positions = [i for i, column in enumerate(columns) if column in _STEP_JSON_COLUMNS]
+    if not positions:
+        return list(steps.values_list(*columns))
+    texts = {f"{column}_text": Cast(column, TextField()) for column in _STEP_JSON_COLUMNS}
+    names = [f"{column}_text" if column in _STEP_JSON_COLUMNS else column for column in columns]
+    rows = [list(row) for row in steps.annotate(**texts).values_list(*names)]
+    if not rows:
+        return []
+    encoded = ",".join(row[i] or "null" for row in rows for i in positions)
+    decoded = iter(json.loads(f"[{encoded}]"))
+    for row in rows:
+        for i in positions:
+            row[i] = next(decoded)
+    return [tuple(row) for row in rows]
+
+
 def run_graph(*, run: Run, round: int | None = None) -> wire.Graph:
     """The graph of a run (nodes, edges, groups with positions) as ``orchestrator.graph`` builds
     it; ``round`` asks for one round expanded."""
@@ -341,9 +365,10 @@ def run_graph(*, run: Run, round: int | None = None) -> wire.Graph:
     keys = tuple(wire.GraphStep.__annotations__)
     steps: list[Any] = [
         dict(zip(keys, row, strict=True))
-        for row in Step.objects.filter(run_id=run.pk)
-        .order_by("round", "index")
-        .values_list(*wire.GRAPH_STEP_COLUMNS)
+        for row in _step_values(
+            Step.objects.filter(run_id=run.pk).order_by("round", "index"),
+            wire.GRAPH_STEP_COLUMNS,
+        )
     ]
     return build_graph(plans=plans, steps=steps, round=round)
 
@@ -355,9 +380,10 @@ def run_snapshot(*, run: Run) -> wire.RunState:
         "plans": [wire.plan_data(plan) for plan in run.plans.all()],
         # step_data leaves out messages and responses: do not load them (large runs).
         "steps": wire.step_rows_data(
-            Step.objects.filter(run_id=run.pk)
-            .order_by("round", "index")
-            .values_list(*wire.STEP_DATA_COLUMNS)
+            _step_values(
+                Step.objects.filter(run_id=run.pk).order_by("round", "index"),
+                wire.STEP_DATA_COLUMNS,
+            )
         ),
     }
 
@@ -397,7 +423,7 @@ def run_page_state(*, run: Run) -> wire.PageState:
     return {
         "seq": run.last_seq,
         "state": state,
-        "graph": build_graph(plans=state["plans"], steps=state["steps"]),
+        "graph": wire.page_graph(build_graph(plans=state["plans"], steps=state["steps"])),
         "geometry": geometry(),
     }
 
@@ -500,10 +526,11 @@ def runs_to_compare(*, user: Any, run_ids: Sequence[int]) -> list[Run] | None:
 def _compared_steps(runs: Sequence[Run]) -> tuple[list[list[wire.Step]], dict[int, str]]:
     """Each run's steps in order (``wire.Step``) and every step's response by id, in one query."""
     width = len(wire.STEP_DATA_COLUMNS)
-    rows = (
-        Step.objects.filter(run_id__in=[run.pk for run in runs])
-        .order_by("run_id", "round", "index")
-        .values_list(*wire.STEP_DATA_COLUMNS, "response", "run_id")
+    rows = _step_values(
+        Step.objects.filter(run_id__in=[run.pk for run in runs]).order_by(
+            "run_id", "round", "index"
+        ),
+        (*wire.STEP_DATA_COLUMNS, "response", "run_id"),
     )
     step_rows: dict[int, list[Any]] = {run.pk: [] for run in runs}
     responses: dict[int, str] = {}
@@ -514,7 +541,11 @@ def _compared_steps(runs: Sequence[Run]) -> tuple[list[list[wire.Step]], dict[in
 
 
 def _comparison(
-    runs: Sequence[Run], steps_of_runs: list[list[wire.Step]], responses: dict[int, str]
+    runs: Sequence[Run],
+    steps_of_runs: list[list[wire.Step]],
+    responses: dict[int, str],
+    *,
+    word_diffs: bool = True,
 ) -> wire.Comparison:
     from orchestrator.comparing import compare
 
@@ -522,6 +553,7 @@ def _comparison(
         runs=[{"run": wire.run_data(run), "pool_name": run.pool.name} for run in runs],
         steps_of_runs=steps_of_runs,
         responses=responses,
+        word_diffs=word_diffs,
     )
 
 
@@ -533,9 +565,9 @@ def run_compare(*, runs: Sequence[Run]) -> wire.Comparison:
 
 
 def compare_page_state(*, runs: Sequence[Run]) -> wire.ComparePage:
-    """What the compare page embeds: the comparison, and each run's page state (its snapshot and
-    graph laid out from it, as ``run_page_state`` gives the run page), from one read of the
-    steps and one of the plans."""
+    """What the compare page embeds: the comparison without the steps' word diffs (rows name
+    their steps by id), and each run's page state (its snapshot and graph laid out from it, as
+    ``run_page_state`` gives the run page), from one read of the steps and one of the plans."""
     from orchestrator.graph import build_graph, geometry
 
     steps_of_runs, responses = _compared_steps(runs)
@@ -549,9 +581,22 @@ def compare_page_state(*, runs: Sequence[Run]) -> wire.ComparePage:
     pages: list[wire.PageState] = []
     for run, steps in zip(runs, steps_of_runs, strict=True):
         state: wire.RunState = {"run": wire.run_data(run), "plans": plans[run.pk], "steps": steps}
-        graph = build_graph(plans=state["plans"], steps=state["steps"])
+        graph = wire.page_graph(build_graph(plans=state["plans"], steps=state["steps"]))
         pages.append({"seq": run.last_seq, "state": state, "graph": graph, "geometry": geometry()})
-    return {"comparison": _comparison(runs, steps_of_runs, responses), "pages": pages}
+    # The steps' word diffs are left out: the page asks the API for them once its graphs are
+    # drawn (they were most of the work and of the page's size for runs that differ throughout).
+    comparison = _comparison(runs, steps_of_runs, responses, word_diffs=False)
+    rows: list[wire.PageCompareRow] = [
+        {
+            "round": row["round"],
+            "index": row["index"],
+            "change": row["change"],
+            "changes": row["changes"],
+            "steps": [step["id"] if step else None for step in row["steps"]],
+        }
+        for row in comparison["steps"]
+    ]
+    return {"comparison": {**comparison, "steps": rows}, "pages": pages}
 
 
 # Datasets and experiments ------------------------------------------------------------------------

@@ -386,13 +386,47 @@ class Graph(TypedDict):
     step_count: int
 
 
+class PageGraph(TypedDict):
+    """A run's graph as pages embed it beside the run's snapshot (``page_graph``): the ``Graph``
+    with each step node cut to its step id and position, ``steps`` being ``[id, x, y, id, x, y,
+    ...]`` (the page has every step in the snapshot: sending it twice made the page half as
+    large again), and each edge to ``[source, target, kind]`` (its id is ``source-target``)."""
+
+    nodes: list[PlanNode]
+    steps: list[float]
+    edges: list[list[str]]
+    groups: list[GraphGroup]
+    collapsed: bool
+    step_count: int
+
+
+def page_graph(graph: Graph) -> PageGraph:
+    """``graph`` in the embedded form (``PageGraph``)."""
+    plans: list[PlanNode] = []
+    steps: list[float] = []
+    for node in graph["nodes"]:
+        if node["kind"] == "step":
+            steps += (node["step"], node["x"], node["y"])
+        else:
+            plans.append(node)
+    return {
+        "nodes": plans,
+        "steps": steps,
+        "edges": [[edge["source"], edge["target"], edge["kind"]] for edge in graph["edges"]],
+        "groups": graph["groups"],
+        "collapsed": graph["collapsed"],
+        "step_count": graph["step_count"],
+    }
+
+
 class PageState(TypedDict):
     """What the run page embeds, read once (``selectors.run_page_state``): the run's state, the
-    seq it is current to, its graph laid out from that state, and the layout's measures."""
+    seq it is current to, its graph laid out from that state (``PageGraph``), and the layout's
+    measures."""
 
     seq: int
     state: RunState
-    graph: Graph
+    graph: PageGraph
     geometry: dict[str, Any]
 
 
@@ -894,11 +928,33 @@ class Comparison(TypedDict):
     outcome: list[OutcomeRow]
 
 
-class ComparePage(TypedDict):
-    """What the compare page embeds: the comparison, and each run's page state (snapshot and
-    laid-out graph, as the run page embeds it), in the same order as the runs."""
+class PageCompareRow(TypedDict):
+    """A ``CompareRow`` as the compare page embeds it: each run's step there by id (the step is
+    in that run's page state), null where it has none, and no word diffs (the page asks
+    ``GET /api/compare/`` for them once its graphs are drawn)."""
 
-    comparison: Comparison
+    round: int
+    index: int
+    change: ChangeKind
+    changes: list[ChangeKind | None]
+    steps: list[int | None]
+
+
+class PageComparison(TypedDict):
+    """A ``Comparison`` with its rows as ``PageCompareRow``."""
+
+    runs: list[CompareRun]
+    steps: list[PageCompareRow]
+    counts: dict[str, int]
+    outcome: list[OutcomeRow]
+
+
+class ComparePage(TypedDict):
+    """What the compare page embeds: the comparison (steps by id: each is once in the page), and
+    each run's page state (snapshot and laid-out graph, as the run page embeds it), in the same
+    order as the runs."""
+
+    comparison: PageComparison
     pages: list[PageState]
 
 

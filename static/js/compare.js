@@ -30,6 +30,10 @@ async function api(path) {
   return response.json();
 }
 
+// The page names each row's steps by id: each step is once in the page, in its run's state.
+const stepsById = pages.map((page) => new Map(page.state.steps.map((step) => [step.id, step])));
+for (const row of rows) row.steps = row.steps.map((id, runIndex) => (id == null ? null : stepsById[runIndex].get(id) || null));
+
 // Which aligned row each step is in, and how a run's step there differs from the first run's
 // (the first run's own step takes the row's kind: same, changed or removed).
 const rowOfStep = new Map();
@@ -282,6 +286,25 @@ function runSection(row, runIndex) {
   return section;
 }
 
+// The steps' word diffs are not in the page (orchestrator/selectors.compare_page_state): they
+// come from the API once the graphs are drawn, or when a step is opened before that.
+let diffsLoaded = null;
+function loadDiffs() {
+  if (!diffsLoaded) {
+    diffsLoaded = api(`compare/?runs=${runs.map((run) => run.id).join(",")}`)
+      .then((full) => {
+        const byPosition = new Map(full.steps.map((row) => [`${row.round}.${row.index}`, row.diffs]));
+        for (const row of rows) row.diffs = byPosition.get(`${row.round}.${row.index}`) || row.steps.map(() => null);
+      })
+      .catch(() => {
+        for (const row of rows) row.diffs = row.steps.map(() => null);
+        diffNotice = "The differences could not be loaded: each run's step is shown as it is.";
+      });
+  }
+  return diffsLoaded;
+}
+let diffNotice = "";
+
 function openRow(index) {
   const row = rows[index];
   if (!row) return;
@@ -291,13 +314,21 @@ function openRow(index) {
   if (tr) tr.setAttribute("aria-current", "true");
   else renderSteps(); // a row past the first ones, opened from a graph
   graphs.forEach(({ view }, runIndex) => view.select(row.steps[runIndex] ? row.steps[runIndex].id : null));
+  history.replaceState(null, "", `#step-${row.round}-${row.index}`);
+  // The panel opens with the diffs (at once, unless they are still on their way).
+  loadDiffs().then(() => {
+    if (currentRow === index) showRow(row, index);
+  });
+}
+
+function showRow(row, index) {
   panelTitle.textContent = `Step ${row.round}.${row.index}: ${row.change}`;
   panelBody.replaceChildren(...runs.map((_, runIndex) => runSection(row, runIndex)));
+  if (diffNotice) panelBody.prepend(element("p", { class: "hint" }, diffNotice));
   panel.dataset.row = index;
   panel.dataset.change = row.change;
   panel.hidden = false;
   panelTitle.focus({ preventScroll: true });
-  history.replaceState(null, "", `#step-${row.round}-${row.index}`);
 }
 
 function closePanel() {
@@ -339,6 +370,7 @@ const whenDrawn = new MutationObserver(() => {
     whenDrawn.disconnect();
     performance.mark("compare-page:graphs-drawn");
     root.dataset.state = "ready";
+    loadDiffs();
   }
 });
 containers.forEach((container) => whenDrawn.observe(container, { attributes: true, attributeFilter: ["data-state"] }));

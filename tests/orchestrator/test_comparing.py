@@ -138,6 +138,13 @@ def test_three_runs_are_each_marked_against_the_first(sim_pool):
     assert rows[(0, 2)]["changes"] == [None, None, "added"]
     assert rows[(0, 2)]["change"] == "added"
 
+    # The compare page embeds the same marks without the word diffs (it asks the API for those).
+    page = selectors.compare_page_state(runs=[first, second, third])["comparison"]["steps"]
+    assert [(r["round"], r["index"], r["change"], r["changes"]) for r in page] == [
+        (key[0], key[1], row["change"], row["changes"]) for key, row in sorted(rows.items())
+    ]
+    assert all("diffs" not in row for row in page)
+
 
 def test_a_conductor_run_and_a_moa_run_of_the_same_question(sim_pool):
     """The common case: two strategies answer one question with different numbers of steps."""

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from orchestrator import selectors
+from orchestrator import selectors, wire
 from orchestrator.models import Membership, Run
 from tests.factories import make_member, make_plan, make_pool, make_project, make_run, make_step
 
@@ -205,5 +205,34 @@ def test_run_page_state_is_one_snapshot_with_its_seq_and_the_same_graph(sim_pool
     assert state["seq"] == 7
     assert [step["id"] for step in state["state"]["steps"]] == [first.pk, second.pk]
     # The graph is the one the API serves for the same run: one layout, not a second kind.
-    assert state["graph"] == selectors.run_graph(run=run)
+    assert state["graph"] == wire.page_graph(selectors.run_graph(run=run))
     assert state["geometry"]["column_width"] > 0
+
+
+def test_the_page_state_holds_each_step_once_with_its_access_and_the_graphs_positions(sim_pool):
+    run = make_run(pool=sim_pool, strategy="conductor")
+    make_plan(run=run, strategy="conductor", workflow=[{"worker": 0, "instruction": "a"}] * 3)
+    first = make_step(run=run, index=0)
+    second = make_step(run=run, index=1, access=[0], reads=[first.pk])
+    third = make_step(run=run, index=2, access="all", reads=[first.pk, second.pk])
+
+    state = selectors.run_page_state(run=run)
+    graph = selectors.run_graph(run=run)
+
+    steps = state["state"]["steps"]
+    assert [(s["access"], s["reads"]) for s in steps] == [
+        ([], []),
+        ([0], [first.pk]),
+        ("all", [first.pk, second.pk]),
+    ]
+    # The graph names each step by id at the position the API's graph gives it, and no more.
+    flat = state["graph"]["steps"]
+    embedded = {flat[i]: (flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)}
+    assert embedded == {
+        node["step"]: (node["x"], node["y"]) for node in graph["nodes"] if node["kind"] == "step"
+    }
+    assert set(embedded) == {first.pk, second.pk, third.pk}
+    assert [node["kind"] for node in state["graph"]["nodes"]] == ["plan"]
+    edges = [[edge["source"], edge["target"], edge["kind"]] for edge in graph["edges"]]
+    assert state["graph"]["edges"] == edges
+    assert [f"s{first.pk}", f"s{third.pk}", "reads_all"] in edges

@@ -65,11 +65,21 @@ function graphStyle(c, { large, geometry }) {
   // visible when tiny); nodes labelled at a readable zoom get the light fill and border.
   const statusStyle = (status, border, ground) => ({
     selector: `node.step[status = "${status}"], node.plan[status = "${status}"]`,
-    style: large ? { "background-color": border, "border-color": border } : { "border-color": border, "background-color": ground },
+    style: large ? { "background-color": border } : { "border-color": border, "background-color": ground },
   });
-  const labelledStatusStyle = (status, ground) => ({
+  const planStatusStyle = (status, border) => ({ selector: `node.plan[status = "${status}"]`, style: { "border-color": border } });
+  const textStyle = {
+    "font-family": c.font,
+    color: c.ink,
+    "text-wrap": "wrap",
+    "text-valign": "center",
+    "text-halign": "center",
+    "min-zoomed-font-size": 7,
+  };
+  const stepTextStyle = { "font-size": 13, "line-height": 1.25, "text-max-width": nodeWidth - 16 };
+  const labelledStatusStyle = (status, border, ground) => ({
     selector: `node.step.labelled[status = "${status}"]`,
-    style: { "background-color": ground, "border-width": 2 },
+    style: { "background-color": ground, "border-color": border, "border-width": 2 },
   });
   return [
     {
@@ -79,30 +89,28 @@ function graphStyle(c, { large, geometry }) {
         // otherwise wash out the edges inside it.
         "z-index-compare": "manual",
         "z-index": 2,
-        "font-family": c.font,
-        color: c.ink,
-        "text-wrap": "wrap",
-        "text-valign": "center",
-        "text-halign": "center",
-        "min-zoomed-font-size": 7,
+        ...(large ? {} : textStyle),
       },
     },
     {
       selector: "node.step, node.plan",
-      style: {
-        shape: large ? "rectangle" : "round-rectangle",
-        width: nodeWidth,
-        height: nodeHeight,
-        "border-width": large ? 0 : 2,
-        label: large ? "" : "data(label)",
-        "font-size": 13,
-        "line-height": 1.25,
-        "text-max-width": nodeWidth - 16,
-        "background-color": c.pendingSoft,
-        "border-color": c.pending,
-      },
+      // Each property an element is given costs Cytoscape work per element when the graph is
+      // first drawn: thousands of unlabelled rectangles get only what they show.
+      style: large
+        ? { shape: "rectangle", width: nodeWidth, height: nodeHeight, "border-width": 0, "background-color": c.pendingSoft }
+        : {
+            shape: "round-rectangle",
+            width: nodeWidth,
+            height: nodeHeight,
+            "border-width": 2,
+            label: "data(label)",
+            ...stepTextStyle,
+            "background-color": c.pendingSoft,
+            "border-color": c.pending,
+          },
     },
     ...Object.entries(c.steps).map(([status, { line, soft }]) => statusStyle(status, line, soft)),
+    ...(large ? Object.entries(c.steps).map(([status, { line }]) => planStatusStyle(status, line)) : []),
     { selector: 'node.step[status = "running"]', style: { "border-width": 3, "border-style": "dashed" } },
     // The run ended before these steps could end on their own: the border says so too.
     { selector: 'node.step[status = "skipped"]', style: { "border-style": "dotted", "background-opacity": 0.6 } },
@@ -128,6 +136,7 @@ function graphStyle(c, { large, geometry }) {
         "border-style": "dashed",
         "border-color": c.lineStrong,
         label: "data(label)",
+        ...(large ? textStyle : {}),
         "text-valign": "top",
         "text-margin-y": -6,
         "font-size": 14,
@@ -171,9 +180,9 @@ function graphStyle(c, { large, geometry }) {
       selector: 'edge[kind = "reads_all"]',
       style: { "line-color": c.readsAll, "target-arrow-color": c.readsAll, "line-style": "dashed", "line-dash-pattern": [4, 3], width: 2.5 },
     },
-    { selector: "node.labelled", style: { label: "data(label)" } },
+    { selector: "node.labelled", style: { label: "data(label)", ...(large ? { ...textStyle, ...stepTextStyle } : {}) } },
     { selector: "node.step.labelled", style: { "border-width": 2 } },
-    ...Object.entries(c.steps).map(([status, { soft }]) => labelledStatusStyle(status, soft)),
+    ...Object.entries(c.steps).map(([status, { line, soft }]) => labelledStatusStyle(status, line, soft)),
     { selector: 'edge[kind = "plan"]', style: { "line-style": "dashed", "line-dash-pattern": [9, 5], width: 2.5, "line-color": c.planning, "target-arrow-color": c.planning } },
     { selector: 'edge[kind = "next"]', style: { "line-style": "dotted", width: 3, "line-color": c.inkSoft, "target-arrow-color": c.inkSoft } },
     { selector: "node.step.compact", style: { label: "data(compact)", "font-size": 22, "font-weight": "bold", "text-max-width": nodeWidth - 10 } },
@@ -222,6 +231,7 @@ export class GraphView {
     // Large graphs: every edge the server sent (by "all" for the whole graph, or by round for a
     // round opened on demand); only those around the view are in Cytoscape.
     this.edgeSets = new Map();
+    this.drawnCallbacks = [];
   }
 
   // The graph embedded in the page, laid out by the server.
@@ -231,6 +241,7 @@ export class GraphView {
       performance.mark("run-page:graph-created");
     } catch (error) {
       this.container.dataset.state = "error";
+      for (const callback of this.drawnCallbacks.splice(0)) callback();
       this.onNotice(`The graph could not be loaded (${error.message}). The step list below is complete.`);
     }
   }
@@ -240,8 +251,9 @@ export class GraphView {
     this.large = large;
     this.cy = cytoscape({
       container: this.container,
-      elements,
-      layout: { name: "preset", fit: false },
+      // Added below, not here: elements given here go through a layout run that sets every
+      // node's position again (and dirties its bounds), which the server's positions make moot.
+      elements: [],
       style: [...graphStyle(palette(), { large, geometry: this.geometry }), ...this.extraStyle],
       minZoom: 0.0005,
       maxZoom: 4,
@@ -257,6 +269,7 @@ export class GraphView {
       pixelRatio: large ? 1 : "auto",
     });
     const cy = this.cy;
+    cy.add(elements);
     this.fitToGroups();
     // The details panel takes room from the graph when it opens: follow the container's size.
     let size = `${this.container.clientWidth}x${this.container.clientHeight}`;
@@ -292,10 +305,17 @@ export class GraphView {
     const markReady = () => {
       performance.mark("run-page:graph-drawn");
       this.container.dataset.state = "ready";
+      for (const callback of this.drawnCallbacks.splice(0)) callback();
     };
     // Ready once the first frame with the elements is on screen (an empty graph draws nothing).
     if (elements.length) cy.one("render", () => requestAnimationFrame(markReady));
     else requestAnimationFrame(markReady);
+  }
+
+  // Run ``callback`` once the graph's first frame is on screen (or its loading failed).
+  whenDrawn(callback) {
+    if (this.container.dataset.state === "loading") this.drawnCallbacks.push(callback);
+    else callback();
   }
 
   // Large graphs: labels and edges for what is in view, once zoomed in enough to see them.
@@ -416,9 +436,18 @@ export class GraphView {
     const elements = [];
     for (const group of graph.groups) elements.push(this.groupElement(group));
     for (const node of graph.nodes) elements.push(node.kind === "plan" ? this.planElement(node) : this.stepElement(node));
+    // The page's own graph names its steps by id and position (wire.PageGraph); the steps are
+    // in the store.
+    const positions = graph.steps || [];
+    for (let i = 0; i < positions.length; i += 3) {
+      const id = positions[i];
+      const step = this.store.steps.get(id);
+      if (step) elements.push(this.stepElement({ id: `s${id}`, step: id, round: step.round, x: positions[i + 1], y: positions[i + 2] }));
+    }
+    const edges = graph.edges.map((edge) => (Array.isArray(edge) ? { id: `${edge[0]}-${edge[1]}`, source: edge[0], target: edge[1], kind: edge[2] } : edge));
     const large = this.cy ? this.large : graph.step_count > LARGE_GRAPH;
-    if (large) this.edgeSets.set(round == null ? "all" : round, graph.edges);
-    else for (const edge of graph.edges) elements.push({ group: "edges", data: edge });
+    if (large) this.edgeSets.set(round == null ? "all" : round, edges);
+    else for (const edge of edges) elements.push({ group: "edges", data: edge });
 
     if (!this.cy) {
       this.create(elements, graph.step_count);

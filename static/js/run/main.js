@@ -182,7 +182,9 @@ const live = new LiveConnection({
 header.render();
 cancelButton.render();
 replay.renderStrip();
-stepList.renderAll();
+// The page folds the list of a long run (see the template): it is built when opened.
+if (document.getElementById("steps-section").open) stepList.renderAll();
+else stepList.renderLater();
 renderRoundPlans();
 performance.mark("run-page:list-drawn");
 document.getElementById("graph-fit").addEventListener("click", () => graph.fit());
@@ -207,8 +209,10 @@ openFromHash();
 // A finished run's execution changes no more; its socket brings only review events.
 if (store.finished) live.finish({ listen: true });
 else live.start();
-if (store.steps.size > 2000) document.getElementById("timeline-section").open = false;
-else document.getElementById("timeline-section").open = true;
+// The timeline (below the graph) is opened, and so drawn, once the graph has its first frame.
+graph.whenDrawn(() => {
+  if (store.steps.size <= 2000) document.getElementById("timeline-section").open = true;
+});
 
 // For tests and benchmarks that drive the page like a user: where is a step drawn?
 window.runPage = { store, graph, live, review };

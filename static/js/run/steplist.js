@@ -15,6 +15,8 @@ export class StepList {
     this.items = new Map(); // step id -> <li>
     this.tabStop = null;
     this.current = null;
+    this.currentId = null;
+    this.pending = false;
     list.addEventListener("keydown", (event) => this.onKeydown(event));
     list.addEventListener("click", (event) => {
       const item = event.target.closest("li[data-step-id]");
@@ -24,13 +26,29 @@ export class StepList {
     });
   }
 
+  // A long list (its section folded: the page draws it closed) is built when its section is
+  // first opened (or a step is to be focused in it): tens of thousands of items cost seconds,
+  // and nobody sees them folded.
+  renderLater() {
+    this.pending = true;
+    this.list.closest("details")?.addEventListener(
+      "toggle",
+      () => {
+        if (this.pending) this.renderAll();
+      },
+      { once: true },
+    );
+  }
+
   renderAll() {
+    this.pending = false;
     const fragment = document.createDocumentFragment();
     for (const step of this.store.orderedSteps()) fragment.append(this.createItem(step));
     this.list.replaceChildren(fragment);
     const first = this.list.firstElementChild;
     if (first) this.setTabStop(first);
     this.showCount();
+    if (this.currentId != null) this.markCurrent(this.currentId);
   }
 
   showCount() {
@@ -52,6 +70,7 @@ export class StepList {
   }
 
   update(changes) {
+    if (this.pending) return; // renderAll will draw the store as it is then
     const added = [];
     for (const id of changes.changedSteps) {
       const step = this.store.steps.get(id);
@@ -88,6 +107,8 @@ export class StepList {
 
   // The step whose details are open.
   markCurrent(stepId) {
+    this.currentId = stepId;
+    if (this.pending) return;
     if (this.current) this.current.removeAttribute("aria-current");
     this.current = stepId == null ? null : this.items.get(stepId) || null;
     if (this.current) {
@@ -97,6 +118,7 @@ export class StepList {
   }
 
   focusStep(stepId) {
+    if (this.pending) this.renderAll();
     const item = this.items.get(stepId);
     if (!item) return;
     this.setTabStop(item);

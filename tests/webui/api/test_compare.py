@@ -137,7 +137,15 @@ def test_the_page_embeds_the_comparison_and_each_runs_graph(client, viewer, runs
     state = page_state(response)
     assert [row["change"] for row in state["comparison"]["steps"]] == ["same", "changed"]
     assert [page["state"]["run"]["id"] for page in state["pages"]] == [first.pk, second.pk]
-    assert all(len(page["graph"]["nodes"]) == 2 for page in state["pages"])
+    # Each step is in the page once: in its run's state; the graph and the rows name it by id.
+    for page in state["pages"]:
+        ids = [step["id"] for step in page["state"]["steps"]]
+        assert len(ids) == 2 and page["graph"]["steps"][::3] == ids
+    for row in state["comparison"]["steps"]:
+        assert row["steps"] == [
+            next(step["id"] for step in page["state"]["steps"] if step["index"] == row["index"])
+            for page in state["pages"]
+        ]
     html = response.content.decode()
     assert f'href="/runs/{first.pk}/"' in html and "js/compare.js" in html
 
