@@ -31,7 +31,9 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     Who: the site's session (the page) or an API token (``socket_access``). Anonymous users,
     users outside the run's project and unknown runs are all closed with 4403; so is an open
-    socket within about a second of its session or token ending or its user leaving the project.
+    socket as soon as its session or token ends or its user leaves the project (announced by
+    the model signals of ``socket_access``; changes made without signals, such as an expired
+    session, within ``socket_access.ACCESS_BACKSTOP_SECONDS``).
 
     The consumer joins the run's group before reading the snapshot, so no event falls between
     the two; events it has already covered (seq at most the last one sent) are dropped.
@@ -44,17 +46,20 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.listening_locally = False
         self.watched = False
         self.last_sent_seq = 0
+        self.accepted = self.refused = False
         user, credential = await socket_access.authenticate(self.scope)
         watched = None
         if user is not None:
+            # Watched before the check: a change announced after this point checks it again.
             watched = socket_access.Watched(user.pk, self.run_id, credential)
+            await socket_access.watch(self, watched, self._refuse)
+            self.watched = True
         allowed = watched is not None and bool(await socket_access.allowed([watched]))
         await self.accept()  # accepted first so the client receives the close code
-        if not allowed:
+        self.accepted = True
+        if not allowed or self.refused:
             await self.close(code=CLOSE_REFUSED)
             return
-        socket_access.watch(self, watched, self._refuse)
-        self.watched = True
         await self.channel_layer.group_add(self.group, self.channel_name)
         self.joined = True
         after = self._after()
@@ -72,8 +77,11 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.listening_locally = True
 
     async def _refuse(self) -> None:
-        """The user may no longer watch this run."""
-        await self.close(code=CLOSE_REFUSED)
+        """The user may no longer watch this run (before the socket is accepted: ``connect``
+        closes it once accepted, so that the client receives the code)."""
+        self.refused = True
+        if self.accepted:
+            await self.close(code=CLOSE_REFUSED)
 
     def _after(self) -> int | None:
         """The ``after`` query parameter: the last seq a reconnecting client has seen."""
