@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -13,6 +16,13 @@ from webui import socket_access
 # One code for every refusal (not logged in, no such run, not a member, access ended), so run
 # ids cannot be probed by telling "does not exist" from "not yours".
 CLOSE_REFUSED = 4403
+# The run's events cannot reach this socket (the channel layer kept failing): "try again later".
+CLOSE_LAYER_UNAVAILABLE = 1011
+# Joining the run's group: attempts, the first pause between two (doubled each time, jittered).
+GROUP_JOIN_ATTEMPTS = 6
+GROUP_JOIN_FIRST_DELAY = 0.25
+
+logger = logging.getLogger(__name__)
 
 
 @database_sync_to_async
@@ -60,7 +70,9 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if not allowed or self.refused:
             await self.close(code=CLOSE_REFUSED)
             return
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        if not await self._join_group():
+            await self.close(code=CLOSE_LAYER_UNAVAILABLE)
+            return
         self.joined = True
         after = self._after()
         if after is None:
@@ -75,6 +87,30 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         # the group still brings every event, and whichever copy comes second is dropped.
         delivery.listen_locally(self.run_id, self._forward_local)
         self.listening_locally = True
+
+    async def _join_group(self) -> bool:
+        """Join the run's group, trying again with backoff while the channel layer does not
+        answer (a crowd of sockets connecting at once can take Redis past a connect timeout):
+        False only after ``GROUP_JOIN_ATTEMPTS`` failures, about 10 s."""
+        delay = GROUP_JOIN_FIRST_DELAY
+        for attempt in range(1, GROUP_JOIN_ATTEMPTS + 1):
+            try:
+                await self.channel_layer.group_add(self.group, self.channel_name)
+            except Exception:
+                logger.warning(
+                    "run %s socket: cannot join the group (attempt %s of %s)",
+                    self.run_id,
+                    attempt,
+                    GROUP_JOIN_ATTEMPTS,
+                    exc_info=True,
+                )
+                if attempt == GROUP_JOIN_ATTEMPTS:
+                    return False
+                await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+                delay *= 2
+            else:
+                return True
+        return False
 
     async def _refuse(self) -> None:
         """The user may no longer watch this run (before the socket is accepted: ``connect``
