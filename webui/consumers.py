@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
+from collections import OrderedDict
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -23,6 +25,27 @@ GROUP_JOIN_ATTEMPTS = 6
 GROUP_JOIN_FIRST_DELAY = 0.25
 
 logger = logging.getLogger(__name__)
+
+
+# The JSON of the latest events, by (run, seq): the channel layer hands every consumer its own
+# copy of an event, and a run watched by hundreds of sockets of this process would otherwise be
+# encoded once per socket. Comparing a copy with the event kept costs a fraction of encoding it
+# (and keeps a reused run id, after a deletion, from getting another run's text).
+_ENCODED_KEEP = 256
+_encoded_texts: OrderedDict[tuple[int, int], tuple[dict[str, Any], str]] = OrderedDict()
+
+
+def _encoded(event: dict[str, Any]) -> str:
+    """``json.dumps(event)``, encoded once per process for every copy of the same event."""
+    key = (event["run"], event["seq"])
+    kept = _encoded_texts.get(key)
+    if kept is not None and kept[0] == event:
+        return kept[1]
+    text = json.dumps(event)
+    _encoded_texts[key] = (event, text)
+    if len(_encoded_texts) > _ENCODED_KEEP:
+        _encoded_texts.popitem(last=False)
+    return text
 
 
 @database_sync_to_async
@@ -163,4 +186,4 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if event["seq"] <= self.last_sent_seq:
             return
         self.last_sent_seq = event["seq"]
-        await self.send_json(event)
+        await self.send(text_data=_encoded(event))
