@@ -308,7 +308,9 @@ class _AccessWatch:
             while True:
                 try:
                     if self.channel is None:
-                        self.channel = await layer.new_channel("access.")
+                        # The default prefix: channels_redis reads all "specific.<process>!" channels
+                        # of a process in one loop, which a channel of another prefix would stall.
+                        self.channel = await layer.new_channel()
                     if not await self._join(layer):
                         raise ConnectionError("channel layer unavailable")
                     self.joined.set()
