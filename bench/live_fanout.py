@@ -169,7 +169,7 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def measure(ports: list[int], token: str, pool) -> dict:
-    from orchestrator.events import events_after
+    from orchestrator.selectors import run_events_after
     from orchestrator.services.execution import run_enqueue
     from orchestrator.services.runs import run_create
 
@@ -188,7 +188,7 @@ def measure(ports: list[int], token: str, pool) -> dict:
         )
         run.refresh_from_db()
         statuses.append(run.status)
-        stored = [(event["seq"], event["type"]) for event in events_after(run.pk, 0)]
+        stored = [(event["seq"], event["type"]) for event in run_events_after(run_id=run.pk, seq=0)]
         events += len(stored)
         connect_seconds.append(results[0]["connect_seconds"])
         for result in results:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import random
+from collections import OrderedDict
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -13,6 +18,34 @@ from webui import socket_access
 # One code for every refusal (not logged in, no such run, not a member, access ended), so run
 # ids cannot be probed by telling "does not exist" from "not yours".
 CLOSE_REFUSED = 4403
+# The run's events cannot reach this socket (the channel layer kept failing): "try again later".
+CLOSE_LAYER_UNAVAILABLE = 1011
+# Joining the run's group: attempts, the first pause between two (doubled each time, jittered).
+GROUP_JOIN_ATTEMPTS = 6
+GROUP_JOIN_FIRST_DELAY = 0.25
+
+logger = logging.getLogger(__name__)
+
+
+# The JSON of the latest events, by (run, seq): the channel layer hands every consumer its own
+# copy of an event, and a run watched by hundreds of sockets of this process would otherwise be
+# encoded once per socket. Comparing a copy with the event kept costs a fraction of encoding it
+# (and keeps a reused run id, after a deletion, from getting another run's text).
+_ENCODED_KEEP = 256
+_encoded_texts: OrderedDict[tuple[int, int], tuple[dict[str, Any], str]] = OrderedDict()
+
+
+def _encoded(event: dict[str, Any]) -> str:
+    """``json.dumps(event)``, encoded once per process for every copy of the same event."""
+    key = (event["run"], event["seq"])
+    kept = _encoded_texts.get(key)
+    if kept is not None and kept[0] == event:
+        return kept[1]
+    text = json.dumps(event)
+    _encoded_texts[key] = (event, text)
+    if len(_encoded_texts) > _ENCODED_KEEP:
+        _encoded_texts.popitem(last=False)
+    return text
 
 
 @database_sync_to_async
@@ -31,7 +64,9 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     Who: the site's session (the page) or an API token (``socket_access``). Anonymous users,
     users outside the run's project and unknown runs are all closed with 4403; so is an open
-    socket within about a second of its session or token ending or its user leaving the project.
+    socket as soon as its session or token ends or its user leaves the project (announced by
+    the model signals of ``socket_access``; changes made without signals, such as an expired
+    session, within ``socket_access.ACCESS_BACKSTOP_SECONDS``).
 
     The consumer joins the run's group before reading the snapshot, so no event falls between
     the two; events it has already covered (seq at most the last one sent) are dropped.
@@ -44,18 +79,23 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.listening_locally = False
         self.watched = False
         self.last_sent_seq = 0
+        self.accepted = self.refused = False
         user, credential = await socket_access.authenticate(self.scope)
         watched = None
         if user is not None:
+            # Watched before the check: a change announced after this point checks it again.
             watched = socket_access.Watched(user.pk, self.run_id, credential)
+            await socket_access.watch(self, watched, self._refuse)
+            self.watched = True
         allowed = watched is not None and bool(await socket_access.allowed([watched]))
         await self.accept()  # accepted first so the client receives the close code
-        if not allowed:
+        self.accepted = True
+        if not allowed or self.refused:
             await self.close(code=CLOSE_REFUSED)
             return
-        socket_access.watch(self, watched, self._refuse)
-        self.watched = True
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        if not await self._join_group():
+            await self.close(code=CLOSE_LAYER_UNAVAILABLE)
+            return
         self.joined = True
         after = self._after()
         if after is None:
@@ -71,9 +111,36 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         delivery.listen_locally(self.run_id, self._forward_local)
         self.listening_locally = True
 
+    async def _join_group(self) -> bool:
+        """Join the run's group, trying again with backoff while the channel layer does not
+        answer (a crowd of sockets connecting at once can take Redis past a connect timeout):
+        False only after ``GROUP_JOIN_ATTEMPTS`` failures, about 10 s."""
+        delay = GROUP_JOIN_FIRST_DELAY
+        for attempt in range(1, GROUP_JOIN_ATTEMPTS + 1):
+            try:
+                await self.channel_layer.group_add(self.group, self.channel_name)
+            except Exception:
+                logger.warning(
+                    "run %s socket: cannot join the group (attempt %s of %s)",
+                    self.run_id,
+                    attempt,
+                    GROUP_JOIN_ATTEMPTS,
+                    exc_info=True,
+                )
+                if attempt == GROUP_JOIN_ATTEMPTS:
+                    return False
+                await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+                delay *= 2
+            else:
+                return True
+        return False
+
     async def _refuse(self) -> None:
-        """The user may no longer watch this run."""
-        await self.close(code=CLOSE_REFUSED)
+        """The user may no longer watch this run (before the socket is accepted: ``connect``
+        closes it once accepted, so that the client receives the code)."""
+        self.refused = True
+        if self.accepted:
+            await self.close(code=CLOSE_REFUSED)
 
     def _after(self) -> int | None:
         """The ``after`` query parameter: the last seq a reconnecting client has seen."""
@@ -119,4 +186,4 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if event["seq"] <= self.last_sent_seq:
             return
         self.last_sent_seq = event["seq"]
-        await self.send_json(event)
+        await self.send(text_data=_encoded(event))

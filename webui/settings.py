@@ -153,12 +153,26 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 # --- end of database connections -----------------------------------------------------------------
 
 if REDIS_URL:
+    CHANNEL_LAYER_SOCKET_TIMEOUT = float(os.environ.get("CONDUCTOR_LAYER_SOCKET_TIMEOUT", "20"))
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             # redis-py 8 caps a pool at 100 connections and raises past it; a crowd of sockets
             # joining their groups at once (1,000 in bench/live_fanout.py) needs more than that.
-            "CONFIG": {"hosts": [{"address": REDIS_URL, "max_connections": 1000}]},
+            # It also gives up on a connect or a read after 5 s by default: a busy event loop
+            # (hundreds of sockets joining within seconds) can take that long to run the
+            # connect's callbacks, and channels_redis's blocking reads wait 5 s themselves. The
+            # consumer retries a failed group join with backoff (webui.consumers).
+            "CONFIG": {
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "max_connections": 1000,
+                        "socket_connect_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT,
+                        "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT,
+                    }
+                ]
+            },
         }
     }
 else:

@@ -1,27 +1,41 @@
-"""Who may keep a run's websocket open: authentication at connect, and one periodic check of
-every open socket of the process.
+"""Who may keep a run's websocket open: authentication at connect, and checks of the open
+sockets while they stay open.
 
 A socket authenticates with the site's session (the page) or an API token, as the REST API does:
 an ``Authorization: Token <key>`` header, or ``?token=<key>`` for clients that cannot set
-headers. While it is open, one task per event loop checks every socket at once, every
-``ACCESS_RECHECK_SECONDS``, with a handful of queries however many sockets are open: the session
-or token still holds, the user is active and still a member of the run's project. A socket that
-fails the check is closed.
+headers. While it is open, it is checked again (the session or token still holds, the user is
+active and still a member of the run's project; a socket that fails is closed):
+
+- when access may have changed: a session or token deleted (logout, revoked token), a user saved
+  (password, active, superuser) or deleted, a membership added, changed or removed, a run
+  deleted. Signal handlers (``connect_signals``) announce it once the transaction commits: to the
+  watchers of this process directly, and to every other process through the channel layer group
+  ``ACCESS_GROUP`` (one channel per process's event loop, not one per socket). Only the sockets of
+  the users or runs concerned are checked, in one batch of a handful of queries;
+- every ``ACCESS_BACKSTOP_SECONDS`` (30 s), all sockets at once, whatever happened: this covers
+  changes no signal reports (a session that expires, a queryset ``update()``, a lost layer
+  message). An idle socket costs nothing between two checks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any, Literal
 
+from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save
 from django.utils.crypto import constant_time_compare
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
@@ -31,8 +45,16 @@ from orchestrator import selectors
 
 logger = logging.getLogger(__name__)
 
-# A logout, a deleted token or a removed membership closes a socket within about this long.
-ACCESS_RECHECK_SECONDS = 0.5
+# Every open socket is checked this often even if no change is announced (session expiry,
+# changes made without model signals). Announced changes are checked at once.
+ACCESS_BACKSTOP_SECONDS = 30.0
+# The channel layer group of every process's access watcher, and its message type.
+ACCESS_GROUP = "socket-access"
+ACCESS_MESSAGE_TYPE = "access.recheck"
+# Tells this process's own messages from others' (it has already woken its watchers directly).
+_ORIGIN = uuid.uuid4().hex
+# How long a connecting socket waits for its process to join ACCESS_GROUP (once per process).
+JOIN_WAIT_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,30 +183,156 @@ def allowed(watched: Iterable[Watched]) -> set[Watched]:
     return {w for w in watched if (w.user_id, w.run_id) in viewable and credential_holds(w)}
 
 
+@dataclass(slots=True)
+class _Scope:
+    """Which open sockets a re-check covers: all of them, or those of some users or runs."""
+
+    everyone: bool = False
+    users: set[int] = field(default_factory=set)
+    runs: set[int] = field(default_factory=set)
+
+    def covers(self, watched: Watched) -> bool:
+        return self.everyone or watched.user_id in self.users or watched.run_id in self.runs
+
+    def merge(self, other: _Scope) -> None:
+        self.everyone = self.everyone or other.everyone
+        self.users |= other.users
+        self.runs |= other.runs
+
+    def message(self) -> dict[str, Any]:
+        return {
+            "type": ACCESS_MESSAGE_TYPE,
+            "origin": _ORIGIN,
+            "everyone": self.everyone,
+            "users": sorted(self.users),
+            "runs": sorted(self.runs),
+        }
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> _Scope:
+        return cls(
+            everyone=bool(message.get("everyone")),
+            users={int(user_id) for user_id in message.get("users") or ()},
+            runs={int(run_id) for run_id in message.get("runs") or ()},
+        )
+
+
+def _cross_process_layer() -> Any | None:
+    """The channel layer, when it reaches other processes (Redis); None for the in-memory one,
+    which lives in this process alone (the direct wake-up of ``_announce`` covers it)."""
+    layer = get_channel_layer()
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
+        return None
+    return layer
+
+
 class _AccessWatch:
-    """The open sockets of one event loop, and the task that checks them."""
+    """The open sockets of one event loop, and the task that checks them: when told that access
+    changed (``poke``, from this process or, through the channel layer, from another one), and
+    every ``ACCESS_BACKSTOP_SECONDS`` whatever happens."""
 
     def __init__(self) -> None:
         self.sockets: dict[object, tuple[Watched, Callable[[], Awaitable[None]]]] = {}
         self.task: asyncio.Task | None = None
+        self.pending = _Scope()
+        self.wake = asyncio.Event()
+        self.channel: str | None = None
+        self.joined = asyncio.Event()  # set while this loop's channel is in ACCESS_GROUP
 
     def add(self, handle: object, watched: Watched, on_refused: Callable[[], Awaitable[None]]):
         self.sockets[handle] = (watched, on_refused)
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._check_while_open())
 
+    def poke(self, scope: _Scope) -> None:
+        """Access may have changed for the sockets ``scope`` covers: check them now."""
+        self.pending.merge(scope)
+        self.wake.set()
+
     async def _check_while_open(self) -> None:
-        while self.sockets:
-            await asyncio.sleep(ACCESS_RECHECK_SECONDS)
-            sockets = dict(self.sockets)
-            try:
-                still = await allowed(watched for watched, _ in sockets.values())
-            except Exception:  # a database hiccup: keep the sockets, look again next time
-                logger.warning("cannot check access of open run sockets", exc_info=True)
-                continue
-            for handle, (watched, on_refused) in sockets.items():
-                if watched not in still and self.sockets.pop(handle, None) is not None:
-                    await on_refused()
+        layer = _cross_process_layer()
+        listener = asyncio.create_task(self._listen(layer)) if layer is not None else None
+        try:
+            while self.sockets:
+                try:
+                    await asyncio.wait_for(self.wake.wait(), ACCESS_BACKSTOP_SECONDS)
+                except TimeoutError:
+                    scope = _Scope(everyone=True)
+                    if layer is not None and self.channel is not None:
+                        await self._join(layer)  # keeps the group membership from expiring
+                else:
+                    self.wake.clear()
+                    scope, self.pending = self.pending, _Scope()
+                await self._check(scope)
+        finally:
+            if listener is not None:
+                listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await listener
+            if self.sockets:  # a socket came while this task was ending: start again
+                self.task = asyncio.get_running_loop().create_task(self._check_while_open())
+
+    async def _check(self, scope: _Scope) -> None:
+        sockets = {
+            handle: entry for handle, entry in self.sockets.items() if scope.covers(entry[0])
+        }
+        if not sockets:
+            return
+        try:
+            still = await allowed(watched for watched, _ in sockets.values())
+        except Exception:  # a database hiccup: keep the sockets, look again soon
+            logger.warning("cannot check access of open run sockets", exc_info=True)
+            self._retry_soon(scope)
+            return
+        for handle, (watched, on_refused) in sockets.items():
+            if watched not in still and self.sockets.pop(handle, None) is not None:
+                await on_refused()
+
+    def _retry_soon(self, scope: _Scope) -> None:
+        """Check ``scope`` again in a second (the check itself failed)."""
+        asyncio.get_running_loop().call_later(1.0, self.poke, scope)
+
+    async def _join(self, layer: Any) -> bool:
+        try:
+            await layer.group_add(ACCESS_GROUP, self.channel)
+        except Exception:
+            logger.warning("cannot join the socket access group", exc_info=True)
+            return False
+        return True
+
+    async def _listen(self, layer: Any) -> None:
+        """Take the access messages other processes send (``announce``) while sockets are open.
+        A lost layer connection is retried with backoff; the backstop check covers the gap."""
+        delay = 0.5
+        try:
+            while True:
+                try:
+                    if self.channel is None:
+                        # The default prefix: channels_redis reads all "specific.<process>!" channels
+                        # of a process in one loop, which a channel of another prefix would stall.
+                        self.channel = await layer.new_channel()
+                    if not await self._join(layer):
+                        raise ConnectionError("channel layer unavailable")
+                    self.joined.set()
+                    delay = 0.5
+                    while True:
+                        message = await layer.receive(self.channel)
+                        if (
+                            message.get("type") == ACCESS_MESSAGE_TYPE
+                            and message.get("origin") != _ORIGIN
+                        ):
+                            self.poke(_Scope.from_message(message))
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    logger.warning("socket access messages interrupted", exc_info=True)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, ACCESS_BACKSTOP_SECONDS)
+        finally:
+            self.joined.clear()
+            if self.channel is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(layer.group_discard(ACCESS_GROUP, self.channel))
 
 
 _watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AccessWatch] = (
@@ -192,13 +340,23 @@ _watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AccessWatch] = (
 )
 
 
-def watch(handle: object, watched: Watched, on_refused: Callable[[], Awaitable[None]]) -> None:
+async def watch(
+    handle: object, watched: Watched, on_refused: Callable[[], Awaitable[None]]
+) -> None:
     """Check ``watched`` with every other open socket of this loop; call ``on_refused`` once
-    when it no longer passes. ``handle`` identifies it for :func:`unwatch`."""
+    when it no longer passes. ``handle`` identifies it for :func:`unwatch`.
+
+    Returns once this process hears the announcements of other processes (or after
+    ``JOIN_WAIT_SECONDS`` if the channel layer does not answer; the backstop check covers the
+    gap): a check of access made after this sees every change this socket could miss."""
     loop = asyncio.get_running_loop()
     if loop not in _watches:
         _watches[loop] = _AccessWatch()
-    _watches[loop].add(handle, watched, on_refused)
+    access_watch = _watches[loop]
+    access_watch.add(handle, watched, on_refused)
+    if _cross_process_layer() is not None and not access_watch.joined.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(access_watch.joined.wait(), JOIN_WAIT_SECONDS)
 
 
 def unwatch(handle: object) -> None:
@@ -206,3 +364,63 @@ def unwatch(handle: object) -> None:
     access_watch = _watches.get(asyncio.get_running_loop())
     if access_watch is not None:
         access_watch.sockets.pop(handle, None)
+
+
+def _announce(scope: _Scope) -> None:
+    """Wake the watchers of this process, then tell the other processes through the layer."""
+    for loop, access_watch in list(_watches.items()):
+        with contextlib.suppress(RuntimeError):  # a closed loop
+            loop.call_soon_threadsafe(access_watch.poke, scope)
+    layer = _cross_process_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(ACCESS_GROUP, scope.message())
+    except Exception:  # the backstop check still closes the sockets concerned
+        logger.warning("cannot announce a change of socket access", exc_info=True)
+
+
+def access_changed(*, users: Iterable[int] = (), runs: Iterable[int] = (), everyone=False) -> None:
+    """Have the open sockets of ``users`` and of ``runs`` (all of them with ``everyone``)
+    checked again, in every process, once the current transaction commits."""
+    scope = _Scope(everyone=everyone, users=set(users), runs=set(runs))
+    transaction.on_commit(lambda: _announce(scope), robust=True)
+
+
+def _session_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    user_id = instance.get_decoded().get(SESSION_KEY)  # {} when it cannot be decoded
+    if user_id is not None and str(user_id).isdigit():
+        access_changed(users=[int(user_id)])
+    else:
+        access_changed(everyone=True)
+
+
+def _user_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
+    access_changed(users=[instance.pk])
+
+
+def _owned_by_user_changed(sender: Any, instance: Any, **kwargs: Any) -> None:
+    access_changed(users=[instance.user_id])
+
+
+def _run_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    access_changed(runs=[instance.pk])
+
+
+def connect_signals() -> None:
+    """Announce every model change that can end a socket's access (``WebuiConfig.ready``)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.sessions.models import Session
+
+    from orchestrator.models import Membership, Run
+
+    uid = "webui.socket_access"
+    post_delete.connect(_session_deleted, sender=Session, dispatch_uid=f"{uid}.session")
+    user_model = get_user_model()
+    post_save.connect(_user_changed, sender=user_model, dispatch_uid=f"{uid}.user_saved")
+    post_delete.connect(_user_changed, sender=user_model, dispatch_uid=f"{uid}.user_deleted")
+    for model in (Token, Membership):
+        name = model.__name__.lower()
+        post_save.connect(_owned_by_user_changed, sender=model, dispatch_uid=f"{uid}.{name}_s")
+        post_delete.connect(_owned_by_user_changed, sender=model, dispatch_uid=f"{uid}.{name}_d")
+    post_delete.connect(_run_deleted, sender=Run, dispatch_uid=f"{uid}.run")

@@ -26,6 +26,7 @@ from orchestrator import wire
 from orchestrator.models import Membership, Run
 from orchestrator.providers.simulator import demo_pool
 from orchestrator.services.pools import pool_sync_from_data, project_get_or_create
+from orchestrator.services.runs import run_create
 from tests.factories import make_member
 from tests.production.conftest import test_database_url as database_url_for_tests
 from tests.production.test_celery_path import stored_events
@@ -278,3 +279,54 @@ def test_two_web_processes_and_two_workers_serve_the_same_users(start_daphne, st
         assert first == second, path
     listed = asyncio.run(read_both("/api/runs/"))[0]["results"]
     assert {run["id"] for run in listed} == set(run_ids)
+
+
+def test_access_ended_elsewhere_closes_sockets_on_every_web_process(start_daphne):
+    """A membership removed, or a session logged out, in another process (here the test's
+    own) closes the sockets concerned on every web process at once: the change is announced
+    over the channel layer, not found by a poll; the other sockets stay open."""
+    import aiohttp
+
+    stack = Stack(latency=0)
+    watcher = make_member(project=stack.pool.project)
+    watcher_browser, admin_browser = Client(), Client()
+    watcher_browser.force_login(watcher)
+    admin_browser.force_login(stack.user)
+    cookies = {
+        "watcher": watcher_browser.cookies["sessionid"].value,
+        "admin": admin_browser.cookies["sessionid"].value,
+    }
+    run = run_create(pool=stack.pool, input=QUESTIONS[0], enqueue=False)
+    servers = [start_daphne(), start_daphne()]
+
+    async def open_socket(session: aiohttp.ClientSession, server, who: str):
+        socket = await session.ws_connect(
+            f"{server.ws_url}/ws/runs/{run.pk}/",
+            headers={"Cookie": f"sessionid={cookies[who]}", "Origin": server.url},
+        )
+        assert (await socket.receive_json(timeout=30))["type"] == wire.SNAPSHOT
+        return socket
+
+    async def close_codes(sockets, action) -> list[int | None]:
+        await asyncio.to_thread(action)
+        # Far below the backstop check's period (socket_access.ACCESS_BACKSTOP_SECONDS).
+        messages = [await socket.receive(timeout=10) for socket in sockets]
+        assert all(m.type == aiohttp.WSMsgType.CLOSE for m in messages), messages
+        return [socket.close_code for socket in sockets]
+
+    async def scenario() -> tuple[list[int | None], list[int | None]]:
+        async with aiohttp.ClientSession() as session:
+            leaving = [await open_socket(session, server, "watcher") for server in servers]
+            staying = [await open_socket(session, server, "admin") for server in servers]
+            removed = await close_codes(
+                leaving, lambda: Membership.objects.filter(user=watcher).delete()
+            )
+            for socket in staying:  # the admin's sockets were checked too, and stay open
+                with pytest.raises(asyncio.TimeoutError):
+                    await socket.receive(timeout=1)
+            logged_out = await close_codes(staying, lambda: admin_browser.post("/accounts/logout/"))
+            return removed, logged_out
+
+    removed, logged_out = asyncio.run(scenario())
+    assert removed == [4403, 4403]
+    assert logged_out == [4403, 4403]

@@ -89,9 +89,12 @@ async def test_leaving_the_project_closes_an_open_socket_within_a_second(sim_poo
 
 async def test_a_deactivated_user_is_closed_out(sim_pool, viewer):
     run_id = await new_run_id(sim_pool)
-    deactivate = sync_to_async(
-        lambda: type(viewer).objects.filter(pk=viewer.pk).update(is_active=False)
-    )
+
+    def deactivate_user():  # as the admin's user form does it
+        viewer.is_active = False
+        viewer.save(update_fields=["is_active"])
+
+    deactivate = sync_to_async(deactivate_user)
     seconds, code = await seconds_until_closed_after(communicator_for(run_id, viewer), deactivate)
     assert code == 4403 and seconds < 1.0
 

@@ -327,3 +327,46 @@ def test_a_retried_steps_attempts_are_in_the_api_and_its_schema(api_as, sim_pool
     ]
     assert other.pk == steps[1]["id"]
     assert "attempt_log" in schema and "StepAttemptOutput" in schema
+
+
+def test_the_list_writes_each_run_as_the_declared_fields_give_it(api_as, sim_pool, reviewer):
+    """The runs list's hand-written serialisation gives what DRF's field-by-field one gives,
+    for runs queued, running, finished with and without a score, failed, and without a creator."""
+    from webui.api.serializers import RunSummaryOutputSerializer
+
+    now = timezone.now()
+    make_run(pool=sim_pool)
+    make_run(pool=sim_pool, status=Run.Status.RUNNING, started_at=now, created_by=reviewer)
+    make_run(
+        pool=sim_pool,
+        status=Run.Status.SUCCEEDED,
+        answer="Working.\nAnswer: 50",
+        grader="number",
+        score=1.0,
+        tokens_in=12,
+        tokens_out=34,
+        cost=0.25,
+        model_calls=3,
+        wall_time=1.5,
+        step_count=2,
+        last_seq=9,
+        started_at=now,
+        finished_at=now + dt.timedelta(seconds=1, microseconds=5),
+        created_by=reviewer,
+    )
+    make_run(pool=sim_pool, status=Run.Status.SUCCEEDED, answer="42", finished_at=now)
+    make_run(pool=sim_pool, status=Run.Status.FAILED, error="<b>boom</b>", finished_at=now)
+    response = api_as(reviewer).get(RUNS_URL)
+    assert response.status_code == 200
+    listed = response.json()["results"]
+    assert len(listed) == 5
+    request = response.wsgi_request
+    for run, shown in zip(
+        Run.objects.filter(pk__in=[r["id"] for r in listed]).order_by("-created_at", "-id"),
+        listed,
+        strict=True,
+    ):
+        serializer = RunSummaryOutputSerializer(context={"request": request})
+        by_fields = serializer.field_by_field(run)
+        assert shown == by_fields
+        assert list(serializer.to_representation(run)) == list(by_fields)  # same key order
