@@ -97,7 +97,10 @@ function graphStyle(c, { large, geometry }) {
       // Each property an element is given costs Cytoscape work per element when the graph is
       // first drawn: thousands of unlabelled rectangles get only what they show.
       style: large
-        ? { shape: "rectangle", width: nodeWidth, height: nodeHeight, "border-width": 0, "background-color": c.pendingSoft }
+        ? // Taps are found by GraphView.nodeAt, not Cytoscape: an element it hit-tests is
+          // activated on press and released on click, each a change of style that makes it draw
+          // every node of the graph again, one by one.
+          { shape: "rectangle", width: nodeWidth, height: nodeHeight, "border-width": 0, "background-color": c.pendingSoft, events: "no" }
         : {
             shape: "round-rectangle",
             width: nodeWidth,
@@ -136,7 +139,7 @@ function graphStyle(c, { large, geometry }) {
         "border-style": "dashed",
         "border-color": c.lineStrong,
         label: "data(label)",
-        ...(large ? textStyle : {}),
+        ...(large ? { ...textStyle, events: "no" } : {}),
         "text-valign": "top",
         "text-margin-y": -6,
         "font-size": 14,
@@ -157,6 +160,7 @@ function graphStyle(c, { large, geometry }) {
         "font-size": "data(fontSize)",
         "text-max-width": "data(w)",
         "min-zoomed-font-size": 0,
+        events: "yes", // a folded round opens on a tap
       },
     },
     {
@@ -266,6 +270,7 @@ export class GraphView {
       textureOnViewport: large,
       hideEdgesOnViewport: large,
       motionBlur: false,
+      autounselectify: large,
       pixelRatio: large ? 1 : "auto",
     });
     const cy = this.cy;
@@ -279,10 +284,30 @@ export class GraphView {
       size = now;
       cy.resize();
       if (!this.userMoved) this.fitToGroups();
+      this.placeMarker();
     }).observe(this.container);
     cy.on("tap", "node.step", (event) => this.onOpenStep(event.target.data("step")));
     cy.on("tap", "node.plan", (event) => this.onOpenPlan(event.target.data("round")));
     cy.on("tap", "node.group.collapsed", (event) => this.expandRound(event.target.data("round")));
+    if (large) {
+      // Steps and plans of a large graph take no events in Cytoscape (see graphStyle): a tap on
+      // the background is matched to the node under it here.
+      cy.on("tap", (event) => {
+        if (event.target !== cy) return;
+        const node = this.nodeAt(event.position);
+        if (!node) return;
+        if (node.data("kind") === "plan") this.onOpenPlan(node.data("round"));
+        else this.onOpenStep(node.data("step"));
+      });
+      // The open step's mark on a large graph: a frame over the canvas, not a style of the node
+      // (a node's change of style has Cytoscape draw every node again).
+      this.marker = document.createElement("div");
+      this.marker.className = "graph-current-marker";
+      this.marker.hidden = true;
+      this.marker.setAttribute("aria-hidden", "true");
+      this.container.appendChild(this.marker);
+      cy.on("viewport resize", () => this.placeMarker());
+    }
     cy.on("dragpan scrollzoom pinchzoom", () => {
       this.userMoved = true;
     });
@@ -316,6 +341,47 @@ export class GraphView {
   whenDrawn(callback) {
     if (this.container.dataset.state === "loading") this.drawnCallbacks.push(callback);
     else callback();
+  }
+
+  // The step or plan node drawn at a model position (a large graph's taps), or null; zoomed far
+  // out, where a node is a few pixels, the nearest within a few pixels of the pointer.
+  nodeAt({ x, y }) {
+    const slack = 4 / this.cy.zoom();
+    const halfWidth = (this.geometry.node_width || 230) / 2 + slack;
+    const halfHeight = (this.geometry.node_height || 98) / 2 + slack;
+    let found = null;
+    let nearest = Infinity;
+    this.cy.nodes().forEach((node) => {
+      const kind = node.data("kind");
+      if (kind !== "step" && kind !== "plan") return;
+      const position = node.position();
+      const dx = Math.abs(position.x - x);
+      const dy = Math.abs(position.y - y);
+      if (dx > halfWidth || dy > halfHeight) return;
+      const distance = dx * dx + dy * dy;
+      if (distance < nearest) {
+        nearest = distance;
+        found = node;
+      }
+    });
+    return found;
+  }
+
+  // Put a large graph's mark of the open step over its node (hidden when there is none).
+  placeMarker() {
+    if (!this.marker) return;
+    const node = this.currentStep == null ? null : this.cy.getElementById(`s${this.currentStep}`);
+    if (!node || node.empty()) {
+      this.marker.hidden = true;
+      return;
+    }
+    const zoom = this.cy.zoom();
+    const { x, y } = node.renderedPosition();
+    // At least a visible square, however far the graph is zoomed out.
+    const width = Math.max(14, (this.geometry.node_width || 230) * zoom + 8);
+    const height = Math.max(14, (this.geometry.node_height || 98) * zoom + 8);
+    Object.assign(this.marker.style, { left: `${x - width / 2}px`, top: `${y - height / 2}px`, width: `${width}px`, height: `${height}px` });
+    this.marker.hidden = false;
   }
 
   // Large graphs: labels and edges for what is in view, once zoomed in enough to see them.
@@ -525,7 +591,7 @@ export class GraphView {
       position: { x: node.x, y: node.y },
       classes: [
         "step",
-        node.step === this.currentStep ? "current" : "",
+        node.step === this.currentStep && !this.large ? "current" : "",
         this.compact ? "compact" : "",
         step && step.id === this.finalStepId() ? "final" : "",
         this.stepClasses(node.step),
@@ -611,6 +677,7 @@ export class GraphView {
     });
     this.showDetailInView();
     if (!this.userMoved) this.fitToGroups();
+    this.placeMarker();
   }
 
   layOutRound(round) {
@@ -797,16 +864,19 @@ export class GraphView {
   select(stepId) {
     if (!this.cy) return;
     this.currentStep = stepId;
-    this.cy.batch(() => {
-      this.cy.nodes(".current").removeClass("current");
-      if (stepId != null) this.cy.getElementById(`s${stepId}`).addClass("current");
-    });
+    if (!this.large) {
+      this.cy.batch(() => {
+        this.cy.nodes(".current").removeClass("current");
+        if (stepId != null) this.cy.getElementById(`s${stepId}`).addClass("current");
+      });
+    }
     const node = stepId == null ? null : this.cy.getElementById(`s${stepId}`);
     if (node && node.nonempty()) {
       const box = node.renderedBoundingBox();
       const outside = box.x2 < 0 || box.y2 < 0 || box.x1 > this.cy.width() || box.y1 > this.cy.height();
       if (outside) this.cy.center(node);
     }
+    this.placeMarker();
   }
 
   fit() {
