@@ -263,6 +263,79 @@ def test_a_huge_run_folds_its_rounds_and_opens_one_on_demand(browser_page, live_
     assert current == str(step_id)
 
 
+STATUS_CYCLE = ("succeeded", "failed", "cancelled")
+
+
+def drawn_colours(page, round_: int) -> dict[str, list[str]]:
+    """Status -> the distinct fill colours drawn for the steps of a round, as rgb() text."""
+    return page.evaluate(
+        "(round) => { const out = {}; window.runPage.graph.cy.nodes('.step')"
+        ".filter((n) => n.data('round') === round).forEach((n) => {"
+        " const colours = (out[n.data('status')] ||= []);"
+        " const colour = n.style('background-color').replace(/ /g, '');"
+        " if (!colours.includes(colour)) colours.push(colour); }); return out; }",
+        round_,
+    )
+
+
+def legend_colour(page, status: str) -> str:
+    """The page's colour for a status (the one its badges and legend use), as rgb() text."""
+    return page.evaluate(
+        "(status) => { const probe = document.createElement('span');"
+        " probe.style.color = `var(--status-${status})`; document.body.append(probe);"
+        " const colour = getComputedStyle(probe).color.replace(/ /g, ''); probe.remove();"
+        " return colour; }",
+        status,
+    )
+
+
+def test_a_large_graph_colours_each_step_by_its_status_and_follows_changes(
+    browser_page, live_server
+):
+    page = browser_page
+    output = live_server.shell(
+        "from django.utils import timezone\n"
+        "from orchestrator.models import Plan, Pool, Run, Step\n"
+        "pool = Pool.objects.order_by('pk').first()\n"
+        "now = timezone.now()\n"
+        "run = Run.objects.create(project=pool.project, pool=pool, input='Many steps',"
+        " status='failed', step_count=400, started_at=now, finished_at=now)\n"
+        "for number in range(2):\n"
+        "    plan = Plan.objects.create(run=run, round=number, strategy='conductor', workflow=[])\n"
+        "    Step.objects.bulk_create([Step(run=run, plan=plan, round=number, index=i,"
+        " instruction=f'Part {i}', worker_index=0, worker_name='Many', model='sim/many',"
+        f" status={STATUS_CYCLE!r}[i % 3], response=f'Result {{i}}', started_at=now,"
+        " finished_at=now) for i in range(200)])\n"
+        "print(run.pk)\n"
+    )
+    run_id = int(output.split()[-1])
+    page.goto(f"/runs/{run_id}/")
+    page.wait_for_selector("#run-graph[data-state=ready]", timeout=30_000)
+    colours = drawn_colours(page, 0)
+    assert set(colours) == set(STATUS_CYCLE)
+    for status in STATUS_CYCLE:
+        # Every step of a status in the status's own colour, the one the legend and badges use.
+        assert colours[status] == [legend_colour(page, status)], status
+    assert len({colours[status][0] for status in STATUS_CYCLE}) == 3
+
+    # A step that changes status is drawn in its new colour.
+    step = page.evaluate(
+        "window.runPage.store.orderedSteps().find((x) => x.round === 0 && x.status === 'failed')"
+    )
+    page.evaluate(
+        "(step) => { const { store, graph } = window.runPage;"
+        " const changes = { run: false, totals: false, shapedRounds: new Set(),"
+        " addedSteps: new Set(), changedSteps: new Set(), rounds: new Set(), plans: new Set() };"
+        " store.putStep({ ...step, status: 'succeeded' }, changes); graph.update(changes); }",
+        step,
+    )
+    drawn = page.evaluate(
+        f"window.runPage.graph.cy.getElementById('s{step['id']}')"
+        ".style('background-color').replace(/ /g, '')"
+    )
+    assert drawn == legend_colour(page, "succeeded")
+
+
 def record_state_loads(page) -> dict[str, list]:
     """What the page loads of its run's state after the document: requests to the graph and run
     APIs, websocket URLs, and snapshots the socket sends."""

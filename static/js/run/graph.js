@@ -59,6 +59,7 @@ function palette() {
 // rounded corners and edges is what makes a big graph slow, and at a zoom that shows the whole
 // graph none of it is readable.
 function graphStyle(c, { large, geometry }) {
+  if (large) return largeGraphStyle(c, geometry);
   const nodeWidth = geometry.node_width || 230;
   const nodeHeight = geometry.node_height || 98;
   // Large graphs fill overview nodes with the strong status colour and no border (cheaper, and
@@ -198,6 +199,103 @@ function graphStyle(c, { large, geometry }) {
     })),
     { selector: "node.step[?reused]", style: { "border-style": "dotted", "border-width": 3, "background-opacity": 0.45, "font-style": "italic" } },
     { selector: "node.current", style: { "border-color": c.focus, "border-width": 5, "border-style": "solid" } },
+  ];
+}
+
+// The colours of a large graph's step or plan node, kept in its data (see largeGraphStyle):
+// ``fill`` at the overview, ``soft`` and ``line`` (fill and border) once labelled.
+function largeNodeColours(c, kind, status) {
+  if (kind === "plan" && (status === "accepted" || status === "succeeded")) return { fill: c.planningSoft, soft: c.planningSoft, line: c.planning };
+  const colours = c.steps[status];
+  return colours ? { fill: colours.line, soft: colours.soft, line: colours.line } : { fill: c.pendingSoft, soft: c.pendingSoft, line: c.pending };
+}
+
+// A large graph's own style, drawn as graphStyle drew it with fewer rules: Cytoscape matches every
+// rule's selector against every element when the graph is first drawn, so the status colours come
+// from each node's data (largeNodeColours) in one rule instead of a rule per status, and the rules
+// of labels, compact labels and the open step's class (small graphs only) are left out.
+function largeGraphStyle(c, geometry) {
+  const nodeWidth = geometry.node_width || 230;
+  const nodeHeight = geometry.node_height || 98;
+  const textStyle = {
+    "font-family": c.font,
+    color: c.ink,
+    "text-wrap": "wrap",
+    "text-valign": "center",
+    "text-halign": "center",
+    "min-zoomed-font-size": 7,
+  };
+  return [
+    {
+      selector: "node",
+      // Round boxes (0) under edges (1) under steps and plans (2).
+      style: { "z-index-compare": "manual", "z-index": 2 },
+    },
+    {
+      selector: "node.step, node.plan",
+      // Taps are found by GraphView.nodeAt, not Cytoscape: an element it hit-tests is activated on
+      // press and released on click, each a change of style that makes it draw every node again.
+      style: { shape: "rectangle", width: nodeWidth, height: nodeHeight, "border-width": 0, "background-color": "data(fill)", events: "no" },
+    },
+    { selector: 'node.step[status = "running"]', style: { "border-width": 3, "border-style": "dashed" } },
+    { selector: 'node.step[status = "skipped"]', style: { "border-style": "dotted", "background-opacity": 0.6 } },
+    { selector: 'node.step[status = "cancelled"]', style: { "border-width": 3, "border-style": "double" } },
+    {
+      selector: "node.plan",
+      style: { shape: "cut-rectangle", "border-style": "double", "border-width": 4, "font-weight": "bold", "border-color": "data(line)" },
+    },
+    { selector: 'node.plan[status = "accepted"]', style: { shape: "round-tag", "border-style": "solid", "border-width": 3 } },
+    {
+      selector: "node.group",
+      style: {
+        shape: "round-rectangle",
+        width: "data(w)",
+        height: "data(h)",
+        "z-index": 0,
+        "background-color": c.groundSoft,
+        "background-opacity": 0.7,
+        "border-width": 1,
+        "border-style": "dashed",
+        "border-color": c.lineStrong,
+        label: "data(label)",
+        ...textStyle,
+        events: "no",
+        "text-valign": "top",
+        "text-margin-y": -6,
+        "font-size": 14,
+        "font-weight": "bold",
+        color: c.inkSoft,
+        "min-zoomed-font-size": 4,
+      },
+    },
+    {
+      selector: "node.group.collapsed",
+      style: {
+        "background-color": c.accentSoft,
+        "background-opacity": 1,
+        "border-style": "solid",
+        "border-width": 2,
+        "text-valign": "center",
+        "text-margin-y": 0,
+        "font-size": "data(fontSize)",
+        "text-max-width": "data(w)",
+        "min-zoomed-font-size": 0,
+        events: "yes", // a folded round opens on a tap
+      },
+    },
+    // Edges are drawn only around the nodes in view once zoomed in (showDetailInView).
+    { selector: "edge", style: { "z-index-compare": "manual", "z-index": 1, width: 1, "curve-style": "haystack", "haystack-radius": 0, "line-color": c.lineStrong } },
+    { selector: 'edge[kind = "reads_all"]', style: { "line-color": c.readsAll, "line-style": "dashed", "line-dash-pattern": [4, 3], width: 2.5 } },
+    { selector: 'edge[kind = "plan"]', style: { "line-style": "dashed", "line-dash-pattern": [9, 5], width: 2.5, "line-color": c.planning } },
+    { selector: 'edge[kind = "next"]', style: { "line-style": "dotted", width: 3, "line-color": c.inkSoft } },
+    {
+      selector: "node.labelled",
+      style: { label: "data(label)", ...textStyle, "font-size": 13, "line-height": 1.25, "text-max-width": nodeWidth - 16 },
+    },
+    { selector: "node.step.labelled", style: { "border-width": 2, "background-color": "data(soft)", "border-color": "data(line)" } },
+    // The step whose response is the run's answer: ringed in its verdict's colour.
+    { selector: "node.step.final", style: { "outline-width": 5, "outline-color": "data(ring)", "outline-offset": 3, "outline-opacity": 1 } },
+    { selector: "node.step[?reused]", style: { "border-style": "dotted", "border-width": 3, "background-opacity": 0.45, "font-style": "italic" } },
   ];
 }
 
@@ -499,6 +597,8 @@ export class GraphView {
       }
     }
     for (const group of graph.groups) this.groups.set(group.round, group);
+    // Known before the elements are made: a large graph's nodes carry their colours as data.
+    if (!this.cy) this.large = graph.step_count > LARGE_GRAPH;
     const elements = [];
     for (const group of graph.groups) elements.push(this.groupElement(group));
     for (const node of graph.nodes) elements.push(node.kind === "plan" ? this.planElement(node) : this.stepElement(node));
@@ -511,7 +611,7 @@ export class GraphView {
       if (step) elements.push(this.stepElement({ id: `s${id}`, step: id, round: step.round, x: positions[i + 1], y: positions[i + 2] }));
     }
     const edges = graph.edges.map((edge) => (Array.isArray(edge) ? { id: `${edge[0]}-${edge[1]}`, source: edge[0], target: edge[1], kind: edge[2] } : edge));
-    const large = this.cy ? this.large : graph.step_count > LARGE_GRAPH;
+    const large = this.large;
     if (large) this.edgeSets.set(round == null ? "all" : round, edges);
     else for (const edge of edges) elements.push({ group: "edges", data: edge });
 
@@ -567,7 +667,7 @@ export class GraphView {
     const label = plan ? planLabel(node.round, status, plan.step_count) : node.label;
     return {
       group: "nodes",
-      data: { id: node.id, kind: "plan", round: node.round, status, label: `${label}${retries}` },
+      data: { id: node.id, kind: "plan", round: node.round, status, label: `${label}${retries}`, ...this.colourData("plan", status) },
       position: { x: node.x, y: node.y },
       classes: this.compact ? "plan compact" : "plan",
     };
@@ -587,6 +687,8 @@ export class GraphView {
         compact: step ? stepCompactLabel(step) : `${node.round}.${node.index} · ${node.worker}`,
         verdict: step && step.id === this.finalStepId() ? this.store.run.verdict : "",
         reused: Boolean(step && step.reused_from), // a replay's step taken from its source
+        ...this.colourData("step", step ? step.status : node.status),
+        ...this.ringData(step && step.id === this.finalStepId() ? this.store.run.verdict : ""),
       },
       position: { x: node.x, y: node.y },
       classes: [
@@ -597,6 +699,20 @@ export class GraphView {
         this.stepClasses(node.step),
       ].join(" ").trim(),
     };
+  }
+
+  // A large graph's node colours for a status, as data (see largeGraphStyle); none on small graphs.
+  colourData(kind, status) {
+    if (!this.large) return {};
+    this.colours ||= palette();
+    return largeNodeColours(this.colours, kind, status);
+  }
+
+  // A large graph's ring colour of the final step, for its verdict.
+  ringData(verdict) {
+    if (!this.large) return {};
+    this.colours ||= palette();
+    return { ring: this.colours.verdicts[verdict] || this.colours.inkSoft };
   }
 
   // The step whose response is the run's answer (the last step of the last round), once the
@@ -621,13 +737,13 @@ export class GraphView {
     this.cy.batch(() => {
       this.cy.nodes(".final").forEach((node) => {
         node.removeClass("final");
-        node.data({ verdict: "", label: this.stepLabel(this.store.steps.get(node.data("step"))) });
+        node.data({ verdict: "", label: this.stepLabel(this.store.steps.get(node.data("step"))), ...this.ringData("") });
       });
       if (finalId == null) return;
       const node = this.cy.getElementById(`s${finalId}`);
       if (node.empty()) return;
       node.addClass("final");
-      node.data({ verdict: this.store.run.verdict, label: this.stepLabel(this.store.steps.get(finalId)) });
+      node.data({ verdict: this.store.run.verdict, label: this.stepLabel(this.store.steps.get(finalId)), ...this.ringData(this.store.run.verdict) });
     });
   }
 
@@ -646,13 +762,21 @@ export class GraphView {
       for (const id of changes.changedSteps) {
         const step = this.store.steps.get(id);
         const node = cy.getElementById(`s${id}`);
-        if (node.nonempty()) node.data({ status: step.status, label: this.stepLabel(step), compact: stepCompactLabel(step), reused: Boolean(step.reused_from) });
+        if (node.nonempty()) {
+          node.data({
+            status: step.status,
+            label: this.stepLabel(step),
+            compact: stepCompactLabel(step),
+            reused: Boolean(step.reused_from),
+            ...this.colourData("step", step.status),
+          });
+        }
       }
       if (changes.run) this.markFinal();
       for (const round of changes.plans) {
         const plan = this.store.plans.get(round);
         const node = cy.getElementById(`p${round}`);
-        if (node.nonempty() && plan) node.data({ status: planStatus(plan), label: this.planElement({ id: `p${round}`, round }).data.label });
+        if (node.nonempty() && plan) node.data({ status: planStatus(plan), label: this.planElement({ id: `p${round}`, round }).data.label, ...this.colourData("plan", planStatus(plan)) });
       }
       if (this.collapsed) {
         for (const round of changes.rounds) {
