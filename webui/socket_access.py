@@ -266,9 +266,7 @@ class _AccessWatch:
                 await self._check(scope)
         finally:
             if listener is not None:
-                listener.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await listener
+                await _stop(listener)
             if self.sockets:  # a socket came while this task was ending: start again
                 self.task = asyncio.get_running_loop().create_task(self._check_while_open())
 
@@ -335,6 +333,16 @@ class _AccessWatch:
                     await asyncio.shield(layer.group_discard(ACCESS_GROUP, self.channel))
 
 
+async def _stop(task: asyncio.Task, *, seconds: float = 10.0) -> None:
+    """Cancel ``task`` and wait until it ends. A channels_redis receive can take a cancellation
+    in for one of its blocking reads and go on reading (redis-py's own timeouts), so the task is
+    cancelled again until it ends, for ``seconds`` at most."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not task.done() and asyncio.get_running_loop().time() < deadline:
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.2)
+
+
 _watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AccessWatch] = (
     weakref.WeakKeyDictionary()
 )
@@ -364,6 +372,8 @@ def unwatch(handle: object) -> None:
     access_watch = _watches.get(asyncio.get_running_loop())
     if access_watch is not None:
         access_watch.sockets.pop(handle, None)
+        if not access_watch.sockets:
+            access_watch.wake.set()  # the last socket left: the watching task ends now
 
 
 def _announce(scope: _Scope) -> None:
