@@ -127,43 +127,7 @@ function graphStyle(c, { large, geometry }) {
     { selector: 'node.plan[status = "accepted"]', style: { shape: "round-tag", "border-style": "solid", "border-width": 3 } },
     { selector: 'node.plan[status = "accepted"]', style: { "border-color": c.planning, "background-color": c.planningSoft } },
     { selector: 'node.plan[status = "succeeded"]', style: { "border-color": c.planning, "background-color": c.planningSoft } },
-    {
-      selector: "node.group",
-      style: {
-        shape: "round-rectangle",
-        width: "data(w)",
-        height: "data(h)",
-        "z-index": 0, // under the nodes of its round, whenever they were added
-        "background-color": c.groundSoft,
-        "background-opacity": 0.7,
-        "border-width": 1,
-        "border-style": "dashed",
-        "border-color": c.lineStrong,
-        label: "data(label)",
-        ...(large ? { ...textStyle, events: "no" } : {}),
-        "text-valign": "top",
-        "text-margin-y": -6,
-        "font-size": 14,
-        "font-weight": "bold",
-        color: c.inkSoft,
-        "min-zoomed-font-size": 4,
-      },
-    },
-    {
-      selector: "node.group.collapsed",
-      style: {
-        "background-color": c.accentSoft,
-        "background-opacity": 1,
-        "border-style": "solid",
-        "border-width": 2,
-        "text-valign": "center",
-        "text-margin-y": 0,
-        "font-size": "data(fontSize)",
-        "text-max-width": "data(w)",
-        "min-zoomed-font-size": 0,
-        events: "yes", // a folded round opens on a tap
-      },
-    },
+    ...roundBoxRules(c, large ? { ...textStyle, events: "no" } : {}),
     {
       selector: "edge",
       style: large
@@ -199,6 +163,50 @@ function graphStyle(c, { large, geometry }) {
     })),
     { selector: "node.step[?reused]", style: { "border-style": "dotted", "border-width": 3, "background-opacity": 0.45, "font-style": "italic" } },
     { selector: "node.current", style: { "border-color": c.focus, "border-width": 5, "border-style": "solid" } },
+  ];
+}
+
+// A round's box, and the same box folded: the same on every graph but for how its label is set
+// (``text``: the large graph's label style, which also leaves taps to GraphView.nodeAt).
+function roundBoxRules(c, text) {
+  return [
+    {
+      selector: "node.group",
+      style: {
+        shape: "round-rectangle",
+        width: "data(w)",
+        height: "data(h)",
+        "z-index": 0, // under the nodes of its round, whenever they were added
+        "background-color": c.groundSoft,
+        "background-opacity": 0.7,
+        "border-width": 1,
+        "border-style": "dashed",
+        "border-color": c.lineStrong,
+        label: "data(label)",
+        ...text,
+        "text-valign": "top",
+        "text-margin-y": -6,
+        "font-size": 14,
+        "font-weight": "bold",
+        color: c.inkSoft,
+        "min-zoomed-font-size": 4,
+      },
+    },
+    {
+      selector: "node.group.collapsed",
+      style: {
+        "background-color": c.accentSoft,
+        "background-opacity": 1,
+        "border-style": "solid",
+        "border-width": 2,
+        "text-valign": "center",
+        "text-margin-y": 0,
+        "font-size": "data(fontSize)",
+        "text-max-width": "data(w)",
+        "min-zoomed-font-size": 0,
+        events: "yes", // a folded round opens on a tap
+      },
+    },
   ];
 }
 
@@ -245,44 +253,7 @@ function largeGraphStyle(c, geometry) {
       style: { shape: "cut-rectangle", "border-style": "double", "border-width": 4, "font-weight": "bold", "border-color": "data(line)" },
     },
     { selector: 'node.plan[status = "accepted"]', style: { shape: "round-tag", "border-style": "solid", "border-width": 3 } },
-    {
-      selector: "node.group",
-      style: {
-        shape: "round-rectangle",
-        width: "data(w)",
-        height: "data(h)",
-        "z-index": 0,
-        "background-color": c.groundSoft,
-        "background-opacity": 0.7,
-        "border-width": 1,
-        "border-style": "dashed",
-        "border-color": c.lineStrong,
-        label: "data(label)",
-        ...textStyle,
-        events: "no",
-        "text-valign": "top",
-        "text-margin-y": -6,
-        "font-size": 14,
-        "font-weight": "bold",
-        color: c.inkSoft,
-        "min-zoomed-font-size": 4,
-      },
-    },
-    {
-      selector: "node.group.collapsed",
-      style: {
-        "background-color": c.accentSoft,
-        "background-opacity": 1,
-        "border-style": "solid",
-        "border-width": 2,
-        "text-valign": "center",
-        "text-margin-y": 0,
-        "font-size": "data(fontSize)",
-        "text-max-width": "data(w)",
-        "min-zoomed-font-size": 0,
-        events: "yes", // a folded round opens on a tap
-      },
-    },
+    ...roundBoxRules(c, { ...textStyle, events: "no" }),
     // Edges are drawn only around the nodes in view once zoomed in (showDetailInView).
     { selector: "edge", style: { "z-index-compare": "manual", "z-index": 1, width: 1, "curve-style": "haystack", "haystack-radius": 0, "line-color": c.lineStrong } },
     { selector: 'edge[kind = "reads_all"]', style: { "line-color": c.readsAll, "line-style": "dashed", "line-dash-pattern": [4, 3], width: 2.5 } },
