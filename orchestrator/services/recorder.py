@@ -55,6 +55,17 @@ _STEP_ATTEMPT_LOG = Step._meta.get_field("attempt_log")
 _STEP_READS = Step._meta.get_field("reads")
 
 
+def _run_assignments(add: dict[str, Any], move_to: str | None) -> tuple[list[str], list[Any]]:
+    """The SET clauses of a write to the run row: usage added to its totals, and a move to
+    ``move_to`` (its start time set once)."""
+    assignments = [f"{field} = {field} + %s" for field in add]
+    params: list[Any] = list(add.values())
+    if move_to is not None:
+        assignments += ["status = %s", "started_at = COALESCE(started_at, %s)"]
+        params += [str(move_to), db_datetime(timezone.now())]
+    return assignments, params
+
+
 class RunClosed(Exception):
     """The run finished elsewhere while it executed (cancelled, or failed by another process):
     execution stops without writing more, so nothing follows the run's ``run.finished``."""
@@ -174,14 +185,7 @@ class RunRecorder:
     def _update_run(
         self, event_count: int, add: dict[str, float], move_to: str | None, conditional: bool
     ) -> tuple | None:
-        assignments: list[str] = []
-        assignment_params: list[Any] = []
-        for field, amount in add.items():
-            assignments.append(f"{field} = {field} + %s")
-            assignment_params.append(amount)
-        if move_to is not None:
-            assignments += ["status = %s", "started_at = COALESCE(started_at, %s)"]
-            assignment_params += [str(move_to), db_datetime(timezone.now())]
+        assignments, assignment_params = _run_assignments(add, move_to)
         conditions, condition_params = self._conditions(conditional)
         return advance_seq(
             self.run_id,
@@ -223,14 +227,7 @@ class RunRecorder:
         step row matched, nothing written). Raises NotStoredInOneStatement when the caller must
         store the callback the general way, which has nothing written to undo."""
         add = add or {}
-        assignments: list[str] = []
-        assignment_params: list[Any] = []
-        for field, amount in add.items():
-            assignments.append(f"{field} = {field} + %s")
-            assignment_params.append(amount)
-        if move_to is not None:
-            assignments += ["status = %s", "started_at = COALESCE(started_at, %s)"]
-            assignment_params += [str(move_to), db_datetime(timezone.now())]
+        assignments, assignment_params = _run_assignments(add, move_to)
         conditions, condition_params = self._conditions(True)
         for field in TOTAL_FIELDS:
             conditions.append(f"{field} IS NOT DISTINCT FROM %s")
