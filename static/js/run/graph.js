@@ -53,23 +53,9 @@ function palette() {
   };
 }
 
-// Large graphs are drawn with less detail where none could be seen: plain rectangles, labels only
-// for nodes in view at a readable zoom (class "labelled"), edges (haystack lines) only around the
-// nodes in view once zoomed in (GraphView.showDetailInView). Drawing thousands of wrapped labels,
-// rounded corners and edges is what makes a big graph slow, and at a zoom that shows the whole
-// graph none of it is readable.
-function graphStyle(c, { large, geometry }) {
-  if (large) return largeGraphStyle(c, geometry);
-  const nodeWidth = geometry.node_width || 230;
-  const nodeHeight = geometry.node_height || 98;
-  // Large graphs fill overview nodes with the strong status colour and no border (cheaper, and
-  // visible when tiny); nodes labelled at a readable zoom get the light fill and border.
-  const statusStyle = (status, border, ground) => ({
-    selector: `node.step[status = "${status}"], node.plan[status = "${status}"]`,
-    style: large ? { "background-color": border } : { "border-color": border, "background-color": ground },
-  });
-  const planStatusStyle = (status, border) => ({ selector: `node.plan[status = "${status}"]`, style: { "border-color": border } });
-  const textStyle = {
+// The labels' text: every node of a graph up to LARGE_GRAPH steps, a large graph's once in view.
+function textStyle(c) {
+  return {
     "font-family": c.font,
     color: c.ink,
     "text-wrap": "wrap",
@@ -77,10 +63,15 @@ function graphStyle(c, { large, geometry }) {
     "text-halign": "center",
     "min-zoomed-font-size": 7,
   };
-  const stepTextStyle = { "font-size": 13, "line-height": 1.25, "text-max-width": nodeWidth - 16 };
-  const labelledStatusStyle = (status, border, ground) => ({
-    selector: `node.step.labelled[status = "${status}"]`,
-    style: { "background-color": ground, "border-color": border, "border-width": 2 },
+}
+
+function graphStyle(c, { large, geometry }) {
+  if (large) return largeGraphStyle(c, geometry);
+  const nodeWidth = geometry.node_width || 230;
+  const nodeHeight = geometry.node_height || 98;
+  const statusStyle = (status, border, ground) => ({
+    selector: `node.step[status = "${status}"], node.plan[status = "${status}"]`,
+    style: { "border-color": border, "background-color": ground },
   });
   return [
     {
@@ -90,31 +81,25 @@ function graphStyle(c, { large, geometry }) {
         // otherwise wash out the edges inside it.
         "z-index-compare": "manual",
         "z-index": 2,
-        ...(large ? {} : textStyle),
+        ...textStyle(c),
       },
     },
     {
       selector: "node.step, node.plan",
-      // Each property an element is given costs Cytoscape work per element when the graph is
-      // first drawn: thousands of unlabelled rectangles get only what they show.
-      style: large
-        ? // Taps are found by GraphView.nodeAt, not Cytoscape: an element it hit-tests is
-          // activated on press and released on click, each a change of style that makes it draw
-          // every node of the graph again, one by one.
-          { shape: "rectangle", width: nodeWidth, height: nodeHeight, "border-width": 0, "background-color": c.pendingSoft, events: "no" }
-        : {
-            shape: "round-rectangle",
-            width: nodeWidth,
-            height: nodeHeight,
-            "border-width": 2,
-            label: "data(label)",
-            ...stepTextStyle,
-            "background-color": c.pendingSoft,
-            "border-color": c.pending,
-          },
+      style: {
+        shape: "round-rectangle",
+        width: nodeWidth,
+        height: nodeHeight,
+        "border-width": 2,
+        label: "data(label)",
+        "font-size": 13,
+        "line-height": 1.25,
+        "text-max-width": nodeWidth - 16,
+        "background-color": c.pendingSoft,
+        "border-color": c.pending,
+      },
     },
     ...Object.entries(c.steps).map(([status, { line, soft }]) => statusStyle(status, line, soft)),
-    ...(large ? Object.entries(c.steps).map(([status, { line }]) => planStatusStyle(status, line)) : []),
     { selector: 'node.step[status = "running"]', style: { "border-width": 3, "border-style": "dashed" } },
     // The run ended before these steps could end on their own: the border says so too.
     { selector: 'node.step[status = "skipped"]', style: { "border-style": "dotted", "background-opacity": 0.6 } },
@@ -127,21 +112,19 @@ function graphStyle(c, { large, geometry }) {
     { selector: 'node.plan[status = "accepted"]', style: { shape: "round-tag", "border-style": "solid", "border-width": 3 } },
     { selector: 'node.plan[status = "accepted"]', style: { "border-color": c.planning, "background-color": c.planningSoft } },
     { selector: 'node.plan[status = "succeeded"]', style: { "border-color": c.planning, "background-color": c.planningSoft } },
-    ...roundBoxRules(c, large ? { ...textStyle, events: "no" } : {}),
+    ...roundBoxRules(c, {}),
     {
       selector: "edge",
-      style: large
-        ? { "z-index-compare": "manual", "z-index": 1, width: 1, "curve-style": "haystack", "haystack-radius": 0, "line-color": c.lineStrong }
-        : {
-            "z-index-compare": "manual",
-            "z-index": 1,
-            width: 2,
-            "curve-style": "bezier",
-            "line-color": c.inkSoft,
-            "target-arrow-shape": "triangle",
-            "target-arrow-color": c.inkSoft,
-            "arrow-scale": 1.1,
-          },
+      style: {
+        "z-index-compare": "manual",
+        "z-index": 1,
+        width: 2,
+        "curve-style": "bezier",
+        "line-color": c.inkSoft,
+        "target-arrow-shape": "triangle",
+        "target-arrow-color": c.inkSoft,
+        "arrow-scale": 1.1,
+      },
     },
     // A step whose access list is "all" reads every earlier step: its edges are teal and dashed
     // finely, apart from an explicit list's.
@@ -149,9 +132,6 @@ function graphStyle(c, { large, geometry }) {
       selector: 'edge[kind = "reads_all"]',
       style: { "line-color": c.readsAll, "target-arrow-color": c.readsAll, "line-style": "dashed", "line-dash-pattern": [4, 3], width: 2.5 },
     },
-    { selector: "node.labelled", style: { label: "data(label)", ...(large ? { ...textStyle, ...stepTextStyle } : {}) } },
-    { selector: "node.step.labelled", style: { "border-width": 2 } },
-    ...Object.entries(c.steps).map(([status, { line, soft }]) => labelledStatusStyle(status, line, soft)),
     { selector: 'edge[kind = "plan"]', style: { "line-style": "dashed", "line-dash-pattern": [9, 5], width: 2.5, "line-color": c.planning, "target-arrow-color": c.planning } },
     { selector: 'edge[kind = "next"]', style: { "line-style": "dotted", width: 3, "line-color": c.inkSoft, "target-arrow-color": c.inkSoft } },
     { selector: "node.step.compact", style: { label: "data(compact)", "font-size": 22, "font-weight": "bold", "text-max-width": nodeWidth - 10 } },
@@ -218,21 +198,19 @@ function largeNodeColours(c, kind, status) {
   return colours ? { fill: colours.line, soft: colours.soft, line: colours.line } : { fill: c.pendingSoft, soft: c.pendingSoft, line: c.pending };
 }
 
-// A large graph's own style, drawn as graphStyle drew it with fewer rules: Cytoscape matches every
-// rule's selector against every element when the graph is first drawn, so the status colours come
-// from each node's data (largeNodeColours) in one rule instead of a rule per status, and the rules
-// of labels, compact labels and the open step's class (small graphs only) are left out.
+// A large graph's own style, with less detail where none could be seen: plain rectangles filled
+// with the strong status colour, labels only for nodes in view at a readable zoom (class
+// "labelled", with the light fill and border), edges (haystack lines) only around the nodes in
+// view once zoomed in (GraphView.showDetailInView). Drawing thousands of wrapped labels, rounded
+// corners and edges is what makes a big graph slow, and at a zoom that shows the whole graph none
+// of it is readable. Cytoscape matches every rule's selector against every element when the graph
+// is first drawn, so the status colours come from each node's data (largeNodeColours) in one rule
+// instead of a rule per status, and the rules of compact labels and the open step's class (small
+// graphs only) are left out.
 function largeGraphStyle(c, geometry) {
   const nodeWidth = geometry.node_width || 230;
   const nodeHeight = geometry.node_height || 98;
-  const textStyle = {
-    "font-family": c.font,
-    color: c.ink,
-    "text-wrap": "wrap",
-    "text-valign": "center",
-    "text-halign": "center",
-    "min-zoomed-font-size": 7,
-  };
+  const text = textStyle(c);
   return [
     {
       selector: "node",
@@ -253,7 +231,7 @@ function largeGraphStyle(c, geometry) {
       style: { shape: "cut-rectangle", "border-style": "double", "border-width": 4, "font-weight": "bold", "border-color": "data(line)" },
     },
     { selector: 'node.plan[status = "accepted"]', style: { shape: "round-tag", "border-style": "solid", "border-width": 3 } },
-    ...roundBoxRules(c, { ...textStyle, events: "no" }),
+    ...roundBoxRules(c, { ...text, events: "no" }),
     // Edges are drawn only around the nodes in view once zoomed in (showDetailInView).
     { selector: "edge", style: { "z-index-compare": "manual", "z-index": 1, width: 1, "curve-style": "haystack", "haystack-radius": 0, "line-color": c.lineStrong } },
     { selector: 'edge[kind = "reads_all"]', style: { "line-color": c.readsAll, "line-style": "dashed", "line-dash-pattern": [4, 3], width: 2.5 } },
@@ -261,7 +239,7 @@ function largeGraphStyle(c, geometry) {
     { selector: 'edge[kind = "next"]', style: { "line-style": "dotted", width: 3, "line-color": c.inkSoft } },
     {
       selector: "node.labelled",
-      style: { label: "data(label)", ...textStyle, "font-size": 13, "line-height": 1.25, "text-max-width": nodeWidth - 16 },
+      style: { label: "data(label)", ...text, "font-size": 13, "line-height": 1.25, "text-max-width": nodeWidth - 16 },
     },
     { selector: "node.step.labelled", style: { "border-width": 2, "background-color": "data(soft)", "border-color": "data(line)" } },
     // The step whose response is the run's answer: ringed in its verdict's colour.
@@ -359,7 +337,7 @@ export class GraphView {
     cy.on("tap", "node.plan", (event) => this.onOpenPlan(event.target.data("round")));
     cy.on("tap", "node.group.collapsed", (event) => this.expandRound(event.target.data("round")));
     if (large) {
-      // Steps and plans of a large graph take no events in Cytoscape (see graphStyle): a tap on
+      // Steps and plans of a large graph take no events in Cytoscape (see largeGraphStyle): a tap on
       // the background is matched to the node under it here.
       cy.on("tap", (event) => {
         if (event.target !== cy) return;
