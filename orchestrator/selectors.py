@@ -139,6 +139,22 @@ def viewable_pairs(pairs: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
     }
 
 
+def viewable_run_seq(*, user_id: int, run_id: int) -> tuple[int, datetime] | None:
+    """The run's ``(last_seq, created_at)`` if the user may see it now (the rule of
+    ``viewable_pairs``: the run exists, the user is active and a member of its project, or a
+    superuser), else None. One query: what a socket checks as it opens."""
+    user = get_user_model().objects.filter(pk=user_id, is_active=True)
+    member = Membership.objects.filter(
+        user_id=user_id, user__is_active=True, project_id=OuterRef("project_id")
+    )
+    row = (
+        Run.objects.filter(pk=run_id)
+        .filter(Exists(user.filter(is_superuser=True)) | Exists(member))
+        .values_list("last_seq", "created_at")[:1]
+    )
+    return next(iter(row), None)
+
+
 def _visible_runs(user: Any, project: Project | int | None = None) -> QuerySet[Run]:
     """Runs of the user's projects (of ``project`` alone when given).
 

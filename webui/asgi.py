@@ -8,12 +8,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webui.settings")
 django_asgi_app = get_asgi_application()
 
 # Imported only now: they need the app registry that get_asgi_application() filled.
-from asgiref.sync import ThreadSensitiveContext
-from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
+from webui.request_threads import ReusedRequestThreads
 from webui.routing import websocket_urlpatterns
 
 # The embedded server serves its own static files; a production deployment may put a
@@ -21,26 +20,12 @@ from webui.routing import websocket_urlpatterns
 serve_static = os.environ.get("CONDUCTOR_SERVE_STATIC", "1") != "0"
 http_app = ASGIStaticFilesHandler(django_asgi_app) if serve_static else django_asgi_app
 
-
-class ThreadPerConnection:
-    """Runs each websocket's database work on a thread of its own, as Django does for each HTTP
-    request. Without it every consumer of the process shares one thread, and under load the
-    websockets' handshakes queue behind each other's queries (then time out)."""
-
-    def __init__(self, app) -> None:
-        self.app = app
-
-    async def __call__(self, scope, receive, send) -> None:
-        async with ThreadSensitiveContext():
-            await self.app(scope, receive, send)
-
-
 application = ProtocolTypeRouter(
     {
-        "http": http_app,
-        "websocket": ThreadPerConnection(
-            AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
-        ),
+        "http": ReusedRequestThreads(http_app),
+        # The run socket reads its session or token itself, with the run, in one database round
+        # trip on threads of its own (webui.socket_access): no session middleware here.
+        "websocket": AllowedHostsOriginValidator(URLRouter(websocket_urlpatterns)),
     }
 )
 

@@ -7,13 +7,13 @@ import json
 import logging
 import random
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
-from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from orchestrator import delivery, events, selectors, wire
-from webui import socket_access
+from orchestrator import delivery, events, selectors
+from webui import snapshots, socket_access
 
 # One code for every refusal (not logged in, no such run, not a member, access ended), so run
 # ids cannot be probed by telling "does not exist" from "not yours".
@@ -48,14 +48,32 @@ def _encoded(event: dict[str, Any]) -> str:
     return text
 
 
-@database_sync_to_async
-def _snapshot(run_id: int) -> wire.SnapshotMessage:
-    return selectors.run_snapshot_message(run_id=run_id)
+@dataclass(slots=True)
+class _Opened:
+    """What a connecting socket learns in its one database round trip."""
+
+    watched: socket_access.Watched | None  # None: no user
+    allowed: bool = False
+    snapshot: tuple[int, str] | None = None  # (seq, JSON) when asked for
+    events: list[dict[str, Any]] = field(default_factory=list)  # the events after ``after``
 
 
-@database_sync_to_async
-def _events_after(run_id: int, seq: int) -> list[dict[str, Any]]:
-    return selectors.run_events_after(run_id=run_id, seq=seq)
+@socket_access.in_database_thread
+def _open(
+    presented: socket_access.Presented, run_id: int, after: int | None, first: bool
+) -> _Opened:
+    """Who the user is, whether they may watch the run, and (with ``first``) what to send first:
+    the snapshot, or with ``after`` the stored events after it."""
+    watched, run = socket_access.opening(presented, run_id)
+    opened = _Opened(watched, allowed=run is not None)
+    if run is None or not first:
+        return opened
+    if after is None:
+        seq, created_at = run
+        opened.snapshot = snapshots.snapshot_text(run_id=run_id, created_at=created_at, seq=seq)
+    else:
+        opened.events = selectors.run_events_after(run_id=run_id, seq=after)
+    return opened
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
@@ -80,31 +98,38 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.watched = False
         self.last_sent_seq = 0
         self.accepted = self.refused = False
-        user, credential = await socket_access.authenticate(self.scope)
-        watched = None
-        if user is not None:
-            # Watched before the check: a change announced after this point checks it again.
-            watched = socket_access.Watched(user.pk, self.run_id, credential)
-            await socket_access.watch(self, watched, self._refuse)
-            self.watched = True
-        allowed = watched is not None and bool(await socket_access.allowed([watched]))
-        await self.accept()  # accepted first so the client receives the close code
+        # Accepted first: the handshake does not wait for the checks (nothing is sent before
+        # they pass), and a refused client receives the close code.
+        await self.accept()
         self.accepted = True
-        if not allowed or self.refused:
+        presented = socket_access.presented(self.scope)
+        after = self._after()
+        opened = _Opened(None)
+        if presented is not None:
+            async with socket_access.changes_heard() as changed:
+                # The group is joined before the run is read, so that no event falls between
+                # what is sent first and the live events.
+                self.joined = await self._join_group()
+                opened = await _open(presented, self.run_id, after, self.joined)
+                if opened.watched is not None:
+                    await socket_access.watch(self, opened.watched, self._refuse)
+                    self.watched = True
+                    if opened.allowed and changed():  # access may have changed since the read
+                        opened.allowed = bool(await socket_access.allowed([opened.watched]))
+        if self.refused:  # closed already, by ``_refuse``
+            return
+        if not opened.allowed:
             await self.close(code=CLOSE_REFUSED)
             return
-        if not await self._join_group():
+        if not self.joined:
             await self.close(code=CLOSE_LAYER_UNAVAILABLE)
             return
-        self.joined = True
-        after = self._after()
-        if after is None:
-            snapshot = await _snapshot(self.run_id)
-            self.last_sent_seq = snapshot["seq"]
-            await self.send_json(snapshot)
+        if opened.snapshot is not None:
+            self.last_sent_seq, text = opened.snapshot
+            await self.send(text_data=text)
         else:
-            self.last_sent_seq = after
-            for event in await _events_after(self.run_id, after):
+            self.last_sent_seq = after or 0
+            for event in opened.events:
                 await self._forward(event)
         # From here on, events sent from this process's loop come straight here (no layer hop);
         # the group still brings every event, and whichever copy comes second is dropped.
@@ -136,8 +161,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         return False
 
     async def _refuse(self) -> None:
-        """The user may no longer watch this run (before the socket is accepted: ``connect``
-        closes it once accepted, so that the client receives the code)."""
+        """The user may no longer watch this run."""
         self.refused = True
         if self.accepted:
             await self.close(code=CLOSE_REFUSED)

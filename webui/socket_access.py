@@ -21,21 +21,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from importlib import import_module
-from typing import Any, Literal
+from types import SimpleNamespace
+from typing import Any, Literal, ParamSpec, TypeVar
 
-from asgiref.sync import async_to_sync
-from channels.db import database_sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY
-from django.db import transaction
+from django.contrib.auth import get_user as session_user
+from django.db import close_old_connections, transaction
 from django.db.models.signals import post_delete, post_save
+from django.http.cookie import parse_cookie
 from django.utils.crypto import constant_time_compare
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.authtoken.models import Token
@@ -95,27 +100,98 @@ def _header_token(scope: dict[str, Any]) -> str | None:
     return None
 
 
-@database_sync_to_async
-def _token_user(key: str) -> Any | None:
-    """The active user of an API token, exactly as the REST API's token auth finds it."""
-    try:
-        user, _ = TokenAuthentication().authenticate_credentials(key)
-    except AuthenticationFailed:
-        return None
-    return user
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+# The database work of run sockets (opening one, checking open ones) runs on these threads,
+# reused: a thread started and joined for each socket (a thread-sensitive context per
+# connection) cost a busy server more than the socket's queries. No more threads than the web
+# process has pooled connections: another one would only wait for a connection.
+_DATABASE_THREADS = ThreadPoolExecutor(
+    max_workers=max(2, getattr(settings, "CONDUCTOR_DB_POOL_MAX_SIZE", 0) or 4),
+    thread_name_prefix="run-socket-db",
+)
 
 
-async def authenticate(scope: dict[str, Any]) -> tuple[Any | None, Credential | None]:
-    """The user of a connecting socket and what to check again later: an API token if one is
-    given, else the session the site's cookie named (AuthMiddlewareStack read it already)."""
+def in_database_thread(func: Callable[_P, _R]) -> Callable[_P, Awaitable[_R]]:
+    """``func`` run on the run sockets' threads (``_DATABASE_THREADS``), its connection given
+    back (to the pool) as it ends, as ``database_sync_to_async`` does: there, in the calling
+    context's copy, where the call opened it."""
+
+    @functools.wraps(func)
+    def closing(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        close_old_connections()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            close_old_connections()
+
+    return sync_to_async(closing, thread_sensitive=False, executor=_DATABASE_THREADS)
+
+
+@dataclass(frozen=True, slots=True)
+class Presented:
+    """What a connecting socket presents, read from its scope before any query: an API token,
+    the site's session cookie, or a user that an outer middleware (or a test) put in the scope
+    with the session it came from, if any."""
+
+    token: str | None = None
+    session_key: str | None = None
+    user: Any = None
+
+
+def presented(scope: dict[str, Any]) -> Presented | None:
+    """The credentials of a connecting socket, taken as the REST API takes them: an API token if
+    one is given, else the site's session. None when there is nothing to check (anonymous)."""
     token = query_parameter(scope, "token") or _header_token(scope)
     if token:
-        return await _token_user(token), Credential("token", token)
+        return Presented(token=token)
     user = scope.get("user")
-    if user is None or not user.is_authenticated:
-        return None, None
-    session_key = getattr(scope.get("session"), "session_key", None)
-    return user, (Credential("session", session_key) if session_key else None)
+    if user is not None:
+        if not user.is_authenticated:
+            return None
+        session_key = getattr(scope.get("session"), "session_key", None)
+        return Presented(user=user, session_key=session_key)
+    session_key = _cookie(scope, settings.SESSION_COOKIE_NAME)
+    return Presented(session_key=session_key) if session_key else None
+
+
+def _cookie(scope: dict[str, Any], wanted: str) -> str | None:
+    """A cookie of the scope's first ``Cookie`` header (as channels' CookieMiddleware reads it)."""
+    for name, value in scope.get("headers", []):
+        if name == b"cookie":
+            return parse_cookie(value.decode("latin-1")).get(wanted) or None
+    return None
+
+
+def opening(
+    presented: Presented, run_id: int
+) -> tuple[Watched | None, tuple[int, datetime] | None]:
+    """Who a connecting socket's user is, and the run's ``(last_seq, created_at)`` if they may
+    watch it now (None if not). Synchronous: the socket runs it in its one database round trip,
+    with what it sends first. A token is read as the REST API reads it; a session as Django reads
+    the session of a request (its auth hash checked, a stale one flushed); then the run and the
+    user's membership in one query."""
+    if presented.token is not None:
+        try:
+            user, _ = TokenAuthentication().authenticate_credentials(presented.token)
+        except AuthenticationFailed:
+            return None, None
+        watched = Watched(user.pk, run_id, Credential("token", presented.token))
+    elif presented.user is not None:
+        key = presented.session_key
+        watched = Watched(presented.user.pk, run_id, Credential("session", key) if key else None)
+        if watched.credential is not None and not _allowed_now([watched]):
+            return watched, None
+    else:
+        store = import_module(settings.SESSION_ENGINE).SessionStore(
+            session_key=presented.session_key
+        )
+        user = session_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
+        if not user.is_authenticated or store.session_key is None:
+            return None, None
+        watched = Watched(user.pk, run_id, Credential("session", store.session_key))
+    return watched, selectors.viewable_run_seq(user_id=watched.user_id, run_id=run_id)
 
 
 def _session_users(keys: set[str]) -> dict[str, tuple[str, str]]:
@@ -153,9 +229,8 @@ def _hash_holds(user: Any, session_hash: str) -> bool:
     )
 
 
-@database_sync_to_async
-def allowed(watched: Iterable[Watched]) -> set[Watched]:
-    """The sockets among ``watched`` that may stay open."""
+def _allowed_now(watched: Iterable[Watched]) -> set[Watched]:
+    """The sockets among ``watched`` that may stay open (synchronous: see ``allowed``)."""
     from django.contrib.auth import get_user_model
 
     watched = set(watched)
@@ -181,6 +256,9 @@ def allowed(watched: Iterable[Watched]) -> set[Watched]:
         return user_id == str(w.user_id) and user is not None and _hash_holds(user, session_hash)
 
     return {w for w in watched if (w.user_id, w.run_id) in viewable and credential_holds(w)}
+
+
+allowed = in_database_thread(_allowed_now)
 
 
 @dataclass(slots=True)
@@ -238,14 +316,20 @@ class _AccessWatch:
         self.wake = asyncio.Event()
         self.channel: str | None = None
         self.joined = asyncio.Event()  # set while this loop's channel is in ACCESS_GROUP
+        self.opening = 0  # sockets between ``changes_heard`` and ``watch``
+        self.announced = 0  # changes announced so far (``changes_heard`` compares)
 
     def add(self, handle: object, watched: Watched, on_refused: Callable[[], Awaitable[None]]):
         self.sockets[handle] = (watched, on_refused)
+        self.start()
+
+    def start(self) -> None:
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._check_while_open())
 
     def poke(self, scope: _Scope) -> None:
         """Access may have changed for the sockets ``scope`` covers: check them now."""
+        self.announced += 1
         self.pending.merge(scope)
         self.wake.set()
 
@@ -253,7 +337,7 @@ class _AccessWatch:
         layer = _cross_process_layer()
         listener = asyncio.create_task(self._listen(layer)) if layer is not None else None
         try:
-            while self.sockets:
+            while self.sockets or self.opening:
                 try:
                     await asyncio.wait_for(self.wake.wait(), ACCESS_BACKSTOP_SECONDS)
                 except TimeoutError:
@@ -267,7 +351,7 @@ class _AccessWatch:
         finally:
             if listener is not None:
                 await _stop(listener)
-            if self.sockets:  # a socket came while this task was ending: start again
+            if self.sockets or self.opening:  # a socket came while this task was ending
                 self.task = asyncio.get_running_loop().create_task(self._check_while_open())
 
     async def _check(self, scope: _Scope) -> None:
@@ -348,23 +432,53 @@ _watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _AccessWatch] = (
 )
 
 
+def _loop_watch() -> _AccessWatch:
+    loop = asyncio.get_running_loop()
+    if loop not in _watches:
+        _watches[loop] = _AccessWatch()
+    return _watches[loop]
+
+
+async def _heard_from_others(access_watch: _AccessWatch) -> None:
+    """Returns once this process hears the announcements of other processes (or after
+    ``JOIN_WAIT_SECONDS`` if the channel layer does not answer; the backstop check covers the
+    gap)."""
+    if _cross_process_layer() is not None and not access_watch.joined.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(access_watch.joined.wait(), JOIN_WAIT_SECONDS)
+
+
+@contextlib.asynccontextmanager
+async def changes_heard() -> AsyncIterator[Callable[[], bool]]:
+    """For a socket that opens: once this process hears every announced change of access (see
+    ``watch``), gives a function that tells whether a change was announced since. A socket
+    checked inside the block and then watched (``watch``, before the block ends) is checked
+    again if so: no change can fall between its check and its watch."""
+    access_watch = _loop_watch()
+    access_watch.opening += 1
+    access_watch.start()
+    try:
+        await _heard_from_others(access_watch)
+        announced = access_watch.announced
+        yield lambda: access_watch.announced != announced
+    finally:
+        access_watch.opening -= 1
+        if not access_watch.sockets and not access_watch.opening:
+            access_watch.wake.set()  # nothing left to watch: the watching task ends now
+
+
 async def watch(
     handle: object, watched: Watched, on_refused: Callable[[], Awaitable[None]]
 ) -> None:
     """Check ``watched`` with every other open socket of this loop; call ``on_refused`` once
     when it no longer passes. ``handle`` identifies it for :func:`unwatch`.
 
-    Returns once this process hears the announcements of other processes (or after
-    ``JOIN_WAIT_SECONDS`` if the channel layer does not answer; the backstop check covers the
-    gap): a check of access made after this sees every change this socket could miss."""
-    loop = asyncio.get_running_loop()
-    if loop not in _watches:
-        _watches[loop] = _AccessWatch()
-    access_watch = _watches[loop]
+    Returns once this process hears the announcements of other processes (as
+    ``changes_heard``): a check of access made after this sees every change this socket could
+    miss."""
+    access_watch = _loop_watch()
     access_watch.add(handle, watched, on_refused)
-    if _cross_process_layer() is not None and not access_watch.joined.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(access_watch.joined.wait(), JOIN_WAIT_SECONDS)
+    await _heard_from_others(access_watch)
 
 
 def unwatch(handle: object) -> None:
