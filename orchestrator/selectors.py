@@ -276,13 +276,14 @@ def run_ids_queued_before(before: datetime, *, limit: int) -> list[int]:
 
 
 def run_detail(*, user: Any, run_id: int) -> Run | None:
-    """A run with its plans and steps prefetched (two more queries), or None."""
+    """A run with its plans and steps prefetched (two more queries), or None. The steps come
+    without the messages they were sent (the step's own endpoint has them)."""
     return (
         _visible_runs(user)
         .select_related("pool", "created_by", "project")
         .prefetch_related(
             Prefetch("plans", queryset=Plan.objects.order_by("round")),
-            Prefetch("steps", queryset=Step.objects.order_by("round", "index")),
+            Prefetch("steps", queryset=Step.objects.order_by("round", "index").defer("messages")),
         )
         .filter(pk=run_id)
         .first()

@@ -166,10 +166,13 @@ class RunSummaryOutputSerializer(RunPageUrlMixin):
     def to_representation(self, run) -> dict[str, typing.Any]:
         """The fields above, written out by hand: the runs list serialises a page of these per
         request, and DRF's field-by-field walk (nested serializers, method fields) costs several
-        times this. Subclasses (more fields) take DRF's way; the tests compare the two."""
+        times this. Subclasses take DRF's way unless they write their own fields by hand too
+        (``RunDetailOutputSerializer``); the tests compare the two."""
         if type(self) is not RunSummaryOutputSerializer:
             return self.field_by_field(run)
-        when = _datetime_writer()
+        return self._summary(run, _datetime_writer())
+
+    def _summary(self, run, when: typing.Callable[[typing.Any], str]) -> dict[str, typing.Any]:
         return {
             "url": self._run_url(run.pk),
             "ws": self.get_ws(run),
@@ -363,6 +366,128 @@ class RunDetailOutputSerializer(RunSummaryOutputSerializer):
     end_user = serializers.CharField(help_text="The `user` a /v1 client sent, if any.")
     plans = PlanOutputSerializer(many=True)
     steps = StepWithResponseOutputSerializer(many=True)
+
+    def to_representation(self, run) -> dict[str, typing.Any]:
+        """The fields above written out by hand, as the runs list writes its runs: DRF copies
+        every declared field of the run, its plans and its steps for each request before
+        writing one. The tests compare the two."""
+        if type(self) is not RunDetailOutputSerializer:
+            return self.field_by_field(run)
+        when = _datetime_writer()
+        return {
+            **self._summary(run, when),
+            "strategy_options": run.strategy_options,
+            "reference": run.reference,
+            "grader": run.grader,
+            "replay_of": run.replay_of_id,
+            "edits": run.edits,
+            "called_from": run.called_from_id,
+            "depth": run.depth,
+            "end_user": run.end_user,
+            "plans": [_plan(plan, when) for plan in run.plans.all()],
+            "steps": [_step_with_response(step, when) for step in run.steps.all()],
+        }
+
+
+# The hand-written serialisation of the run detail's plans and steps, field by field as the
+# serializers above declare them. A stored JSON entry may lack keys (older rows, the admin):
+# those with a default take it, as DRF does.
+
+
+def _kept(entry: typing.Any, key: str, default, convert) -> typing.Any:
+    """``entry[key]`` (an attribute for anything but a mapping, as DRF reads), or ``default``."""
+    if isinstance(entry, typing.Mapping):
+        value = entry.get(key, default)
+    else:
+        value = getattr(entry, key, default)
+    return None if value is None else convert(value)
+
+
+def _or_none(value, convert) -> typing.Any:
+    return None if value is None else convert(value)
+
+
+def _plan(plan, when) -> dict[str, typing.Any]:
+    return {
+        "id": plan.pk,
+        "round": plan.round,
+        "strategy": plan.strategy,
+        "messages": _or_none(plan.messages, _messages),
+        "attempts": _or_none(plan.attempts, _plan_attempts),
+        "workflow": _or_none(plan.workflow, _workflow),
+        "error": plan.error,
+        "created_at": _or_none(plan.created_at, when),
+    }
+
+
+def _messages(messages) -> list[dict[str, typing.Any]]:
+    return [
+        {"role": _or_none(m["role"], str), "content": _or_none(m["content"], str)} for m in messages
+    ]
+
+
+def _plan_attempts(attempts) -> list[dict[str, typing.Any]]:
+    return [
+        {
+            "raw": _kept(a, "raw", "", str),
+            "error": _kept(a, "error", "", str),
+            "tokens_in": _kept(a, "tokens_in", 0, int),
+            "tokens_out": _kept(a, "tokens_out", 0, int),
+            "cost": _kept(a, "cost", 0.0, float),
+            "latency": _kept(a, "latency", 0.0, float),
+        }
+        for a in attempts
+    ]
+
+
+def _workflow(workflow) -> list[dict[str, typing.Any]]:
+    return [
+        {
+            "worker": _or_none(w["worker"], int),
+            "instruction": _or_none(w["instruction"], str),
+            "access": w["access"],
+        }
+        for w in workflow
+    ]
+
+
+def _step_attempts(attempt_log) -> list[dict[str, typing.Any]]:
+    return [
+        {
+            "attempt": _kept(a, "attempt", 0, int),
+            "offset": _kept(a, "offset", 0.0, float),
+            "seconds": _kept(a, "seconds", 0.0, float),
+            "error": _kept(a, "error", "", str),
+            "backoff": _kept(a, "backoff", 0.0, float),
+        }
+        for a in attempt_log
+    ]
+
+
+def _step_with_response(step, when) -> dict[str, typing.Any]:
+    return {
+        "id": step.pk,
+        "round": step.round,
+        "index": step.index,
+        "worker": step.worker_name,
+        "worker_index": step.worker_index,
+        "model": step.model,
+        "instruction": step.instruction,
+        "access": step.access,
+        "reads": _or_none(step.reads, lambda reads: [_or_none(r, int) for r in reads]),
+        "status": step.status,
+        "tokens_in": step.tokens_in,
+        "tokens_out": step.tokens_out,
+        "cost": float(step.cost),
+        "latency": _or_none(step.latency, float),
+        "attempts": step.attempts,
+        "error": step.error,
+        "attempt_log": _or_none(step.attempt_log, _step_attempts),
+        "reused_from": step.reused_from_id,
+        "started_at": _or_none(step.started_at, when),
+        "finished_at": _or_none(step.finished_at, when),
+        "response": step.response,
+    }
 
 
 class NumberField(serializers.FloatField):

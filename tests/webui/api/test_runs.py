@@ -10,6 +10,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from orchestrator import selectors
 from orchestrator.models import Run
 from orchestrator.services import execution
 from orchestrator.services.runs import run_create, run_execute
@@ -370,3 +371,74 @@ def test_the_list_writes_each_run_as_the_declared_fields_give_it(api_as, sim_poo
         by_fields = serializer.field_by_field(run)
         assert shown == by_fields
         assert list(serializer.to_representation(run)) == list(by_fields)  # same key order
+
+
+def test_the_detail_writes_the_run_its_plans_and_steps_as_the_declared_fields_give_them(
+    api_as, sim_pool, reviewer
+):
+    """The run detail's hand-written serialisation gives what DRF's field-by-field one gives:
+    a finished run with a creator, a replay's edits, plans with and without a workflow (stored
+    attempts missing keys take the declared defaults), steps done, failed with a retry log,
+    pending, and reused."""
+    from webui.api.serializers import RunDetailOutputSerializer
+
+    now = timezone.now()
+    source = make_run(pool=sim_pool)
+    run = make_run(
+        pool=sim_pool,
+        status=Run.Status.SUCCEEDED,
+        answer="Working.\nAnswer: 50",
+        grader="number",
+        reference="50",
+        score=0.5,
+        strategy_options={"rounds": 2},
+        edits=[{"step": 1, "field": "instruction", "before": "a", "after": "b"}],
+        replay_of=source,
+        wall_time=2.5,
+        started_at=now,
+        finished_at=now + dt.timedelta(seconds=2, microseconds=7),
+        created_by=reviewer,
+        end_user="someone",
+    )
+    make_plan(
+        run=run,
+        messages=[{"role": "user", "content": "Plan <this>"}],
+        attempts=[{"raw": "{}", "tokens_in": 3, "cost": 0.5}, {"error": "bad JSON"}],
+        workflow=[{"worker": 1, "instruction": "Add.", "access": "all"}],
+    )
+    make_plan(run=run, round=1, workflow=None, error="no attempt could be used")
+    first = make_step(
+        run=run,
+        status="succeeded",
+        response="50",
+        access="all",
+        tokens_in=5,
+        cost=0.125,
+        latency=0.75,
+        started_at=now,
+        finished_at=now + dt.timedelta(seconds=1),
+    )
+    make_step(
+        run=run,
+        index=1,
+        status="failed",
+        access=[0],
+        reads=[first.pk],
+        attempts=2,
+        error="timeout",
+        attempt_log=[{"attempt": 1, "seconds": 1.5, "error": "timeout"}, {"attempt": 2}],
+        reused_from=first,
+    )
+    make_step(run=run, round=1, index=0)
+    response = api_as(reviewer).get(reverse("api-run-detail", args=[run.pk]))
+    assert response.status_code == 200
+    shown = response.json()
+    assert [plan["round"] for plan in shown["plans"]] == [0, 1]
+    assert [(step["round"], step["index"]) for step in shown["steps"]] == [(0, 0), (0, 1), (1, 0)]
+    serializer = RunDetailOutputSerializer(context={"request": response.wsgi_request})
+    by_fields = serializer.field_by_field(selectors.run_detail(user=reviewer, run_id=run.pk))
+    assert shown == by_fields
+    written = serializer.to_representation(selectors.run_detail(user=reviewer, run_id=run.pk))
+    assert list(written) == list(by_fields)  # same key order
+    assert [list(plan) for plan in written["plans"]] == [list(p) for p in by_fields["plans"]]
+    assert [list(step) for step in written["steps"]] == [list(s) for s in by_fields["steps"]]
