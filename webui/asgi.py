@@ -2,19 +2,21 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webui.settings")
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)  # what get_asgi_application() does before making its handler
 
-# Imported only now: they need the app registry that get_asgi_application() filled.
+# Imported only now: they need the app registry that django.setup() filled.
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
+from webui.handler import OneHopASGIHandler
 from webui.request_threads import ReusedRequestThreads
 from webui.routing import websocket_urlpatterns
 
+django_asgi_app = OneHopASGIHandler()
 # The embedded server serves its own static files; a production deployment may put a
 # web server in front and set CONDUCTOR_SERVE_STATIC=0.
 serve_static = os.environ.get("CONDUCTOR_SERVE_STATIC", "1") != "0"
