@@ -7,7 +7,7 @@ import json
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import HttpCommunicator
+from asgiref.testing import ApplicationCommunicator
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
@@ -22,10 +22,31 @@ SITE = [(b"host", b"127.0.0.1:8000")]
 
 
 async def asgi_get(path: str, headers: list[tuple[bytes, bytes]] = ()) -> dict:
+    """GET ``path`` through the site's ASGI application: status, headers and the whole body
+    (streamed ones included)."""
     from webui.asgi import application
 
-    communicator = HttpCommunicator(application, "GET", path, headers=[*SITE, *headers])
-    return await communicator.get_response(timeout=10)
+    scope = {
+        "type": "http",
+        "http_version": "1.1",
+        "method": "GET",
+        "path": path,
+        "query_string": b"",
+        "headers": [*SITE, *headers],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    communicator = ApplicationCommunicator(application, scope)
+    await communicator.send_input({"type": "http.request", "body": b""})
+    start = await communicator.receive_output(timeout=10)
+    body = b""
+    while True:
+        chunk = await communicator.receive_output(timeout=10)
+        body += chunk.get("body", b"")
+        if not chunk.get("more_body"):
+            break
+    await communicator.wait(timeout=10)
+    return {"status": start["status"], "headers": start["headers"], "body": body}
 
 
 def header(response: dict, name: bytes) -> str | None:
@@ -66,3 +87,12 @@ async def test_an_async_view_still_answers(viewer):
     response = await asgi_get("/v1/models")
     assert response["status"] == 401
     assert "error" in json.loads(response["body"])
+
+
+async def test_a_streamed_export_reads_after_its_request_gave_its_connection_back(reviewer):
+    token = await sync_to_async(Token.objects.create)(user=reviewer)
+    authorization = (b"authorization", f"Token {token.key}".encode())
+    response = await asgi_get("/api/export/trajectories.jsonl", [authorization])
+    assert response["status"] == 200
+    assert header(response, b"content-type").startswith("application/jsonl")
+    assert response["body"] == b""  # no conductor decisions yet, read after the view returned
