@@ -20,6 +20,7 @@ from orchestrator.models import Run
 from orchestrator.services.runs import run_cancel, run_create
 from webui.api.pagination import MAX_PAGE, PagePagination
 from webui.api.serializers import (
+    RUN_SUMMARY_COLUMNS,
     RunDetailOutputSerializer,
     RunSummaryOutputSerializer,
     TextField,
@@ -124,8 +125,8 @@ class RunListCreateApi(APIView):
         filters.is_valid(raise_exception=True)
         runs = selectors.run_list(user=request.user, **filters.validated_data)
         paginator = self.pagination_class()
-        page = paginator.paginate_queryset(runs, request, view=self)
-        data = RunSummaryOutputSerializer(page, many=True, context={"request": request}).data
+        page = paginator.paginate_queryset(runs.values(*RUN_SUMMARY_COLUMNS), request, view=self)
+        data = RunSummaryOutputSerializer(context={"request": request}).summaries(page)
         return paginator.get_paginated_response(data)
 
     @extend_schema(

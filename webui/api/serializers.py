@@ -8,6 +8,7 @@ import re
 import types
 import typing
 
+from django.contrib.auth import get_user_model
 from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
@@ -119,6 +120,25 @@ class RunPageUrlMixin(serializers.Serializer):
         return f"/ws/runs/{run.pk}/"
 
 
+# A run as the runs list reads it (``values()``): what ``RunSummaryOutputSerializer`` writes.
+_CREATOR_NAME = f"created_by__{get_user_model().USERNAME_FIELD}"
+RUN_SUMMARY_COLUMNS = (
+    *("id", "status", "strategy", "pool_id", "pool__name", "input", "answer", "grader"),
+    *("score", "error", "tokens_in", "tokens_out", "cost", "model_calls", "wall_time"),
+    *("step_count", "created_by_id", _CREATOR_NAME, "created_at", "started_at", "finished_at"),
+    "last_seq",
+)
+
+
+def run_summary_row(run) -> dict[str, typing.Any]:
+    """A run instance as the row ``values(*RUN_SUMMARY_COLUMNS)`` reads of it."""
+    return {
+        **{column: getattr(run, column) for column in RUN_SUMMARY_COLUMNS if "__" not in column},
+        "pool__name": run.pool.name,
+        _CREATOR_NAME: run.created_by.get_username() if run.created_by_id else None,
+    }
+
+
 # Writes datetimes as every DateTimeField of the API does (ISO 8601, UTC as "Z").
 _DATETIME = serializers.DateTimeField()
 
@@ -170,35 +190,46 @@ class RunSummaryOutputSerializer(RunPageUrlMixin):
         (``RunDetailOutputSerializer``); the tests compare the two."""
         if type(self) is not RunSummaryOutputSerializer:
             return self.field_by_field(run)
-        return self._summary(run, _datetime_writer())
+        return self._summary(run_summary_row(run), _datetime_writer())
 
-    def _summary(self, run, when: typing.Callable[[typing.Any], str]) -> dict[str, typing.Any]:
+    def summaries(
+        self, rows: typing.Iterable[dict[str, typing.Any]]
+    ) -> list[dict[str, typing.Any]]:
+        """Runs read as rows of ``run_summary_columns()`` (``values()``), written as
+        ``to_representation`` writes a run: a page of rows costs less to read than a page of
+        model instances."""
+        when = _datetime_writer()
+        return [self._summary(row, when) for row in rows]
+
+    def _summary(self, row: dict[str, typing.Any], when) -> dict[str, typing.Any]:
+        run_id = row["id"]
+        status, score = row["status"], row["score"]
         return {
-            "url": self._run_url(run.pk),
-            "ws": self.get_ws(run),
-            "id": run.pk,
-            "status": run.status,
-            "strategy": run.strategy,
-            "pool": {"id": run.pool.pk, "name": run.pool.name},
-            "input": run.input,
-            "answer": run.answer,
-            "answer_shown": wire.answer_shown(run.answer, run.grader),
-            "score": None if run.score is None else float(run.score),
-            "verdict": wire.verdict(run.status, run.score),
-            "error": run.error,
+            "url": self._run_url(run_id),
+            "ws": f"/ws/runs/{run_id}/",
+            "id": run_id,
+            "status": status,
+            "strategy": row["strategy"],
+            "pool": {"id": row["pool_id"], "name": row["pool__name"]},
+            "input": row["input"],
+            "answer": row["answer"],
+            "answer_shown": wire.answer_shown(row["answer"], row["grader"]),
+            "score": None if score is None else float(score),
+            "verdict": wire.verdict(status, score),
+            "error": row["error"],
             "totals": {
-                "tokens_in": run.tokens_in,
-                "tokens_out": run.tokens_out,
-                "cost": float(run.cost),
-                "model_calls": run.model_calls,
-                "wall_time": None if run.wall_time is None else float(run.wall_time),
-                "step_count": run.step_count,
+                "tokens_in": row["tokens_in"],
+                "tokens_out": row["tokens_out"],
+                "cost": float(row["cost"]),
+                "model_calls": row["model_calls"],
+                "wall_time": None if row["wall_time"] is None else float(row["wall_time"]),
+                "step_count": row["step_count"],
             },
-            "created_by": self.get_created_by(run),
-            "created_at": when(run.created_at),
-            "started_at": None if run.started_at is None else when(run.started_at),
-            "finished_at": None if run.finished_at is None else when(run.finished_at),
-            "last_seq": run.last_seq,
+            "created_by": row[_CREATOR_NAME] if row["created_by_id"] else None,
+            "created_at": when(row["created_at"]),
+            "started_at": None if row["started_at"] is None else when(row["started_at"]),
+            "finished_at": None if row["finished_at"] is None else when(row["finished_at"]),
+            "last_seq": row["last_seq"],
         }
 
     def _run_url(self, run_id: int) -> str:
@@ -375,7 +406,7 @@ class RunDetailOutputSerializer(RunSummaryOutputSerializer):
             return self.field_by_field(run)
         when = _datetime_writer()
         return {
-            **self._summary(run, when),
+            **self._summary(run_summary_row(run), when),
             "strategy_options": run.strategy_options,
             "reference": run.reference,
             "grader": run.grader,
