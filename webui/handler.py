@@ -10,8 +10,7 @@ the loop and the thread a wake-up under the interpreter lock. Here a request who
 synchronous (every page and API view) runs the middleware as loaded for synchronous use, as a
 WSGI server runs them, in one call on the request's thread; a request to an async view (the
 ``/v1`` endpoints) takes Django's async path as before. Same middleware, same order, same
-hooks: only where they run changes. The request's database connection is given back as soon as
-the response is made.
+hooks: only where they run changes.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import functools
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.base import BaseHandler
-from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponseBase
 from django.urls import Resolver404, resolve
 
@@ -49,13 +47,4 @@ class OneHopASGIHandler(ASGIHandler):
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         if _view_is_async(request.path_info):
             return await super().get_response_async(request)
-        return await sync_to_async(self._response)(request)
-
-    def _response(self, request: HttpRequest) -> HttpResponseBase:
-        try:
-            return self.synchronous.get_response(request)
-        finally:
-            # The connection goes back to the pool once the response is made, not after it has
-            # been sent (Django's request_finished): a pooled connection is held by a request
-            # only while it reads. A streamed body that reads takes one again for itself.
-            close_old_connections()
+        return await sync_to_async(self.synchronous.get_response)(request)

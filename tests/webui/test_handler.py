@@ -89,10 +89,10 @@ async def test_an_async_view_still_answers(viewer):
     assert "error" in json.loads(response["body"])
 
 
-async def test_a_streamed_export_reads_after_its_request_gave_its_connection_back(reviewer):
+async def test_a_streamed_export_is_read_through_the_one_hop_path(reviewer):
     token = await sync_to_async(Token.objects.create)(user=reviewer)
     authorization = (b"authorization", f"Token {token.key}".encode())
     response = await asgi_get("/api/export/trajectories.jsonl", [authorization])
     assert response["status"] == 200
     assert header(response, b"content-type").startswith("application/jsonl")
-    assert response["body"] == b""  # no conductor decisions yet, read after the view returned
+    assert response["body"] == b""  # no conductor decisions yet: read after the view returned
