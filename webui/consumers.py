@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import random
+import sys
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +120,10 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if self.refused:  # closed already, by ``_refuse``
             return
         if not opened.allowed:
+            # Joined before the check: leave at once, and drop whatever the group has already
+            # queued for this socket (no seq passes this one).
+            self.last_sent_seq = sys.maxsize
+            await self._leave_group()
             await self.close(code=CLOSE_REFUSED)
             return
         if not self.joined:
@@ -181,6 +186,9 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if getattr(self, "listening_locally", False):
             delivery.stop_listening_locally(self.run_id, self._forward_local)
             self.listening_locally = False
+        await self._leave_group()
+
+    async def _leave_group(self) -> None:
         if getattr(self, "joined", False):
             await self.channel_layer.group_discard(self.group, self.channel_name)
             self.joined = False

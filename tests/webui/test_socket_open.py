@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
@@ -53,6 +53,30 @@ async def test_a_snapshot_kept_for_a_member_never_reaches_an_outsider(sim_pool, 
     assert await close_code(site_communicator(f"/ws/runs/{run.pk}/?token={token.key}")) == 4403
     cookie, _ = await session_cookie(outsider)
     assert await close_code(site_communicator(f"/ws/runs/{run.pk}/", [cookie])) == 4403
+
+
+async def test_a_refused_socket_gets_no_event_of_the_run(sim_pool, outsider, monkeypatch):
+    """The socket joins the run's group before its access is read: events published meanwhile
+    never reach a socket that is then refused."""
+    run = await new_run(sim_pool)
+    opening = socket_access.opening
+
+    def opening_while_the_run_moves(presented, run_id):
+        result = opening(presented, run_id)
+        async_to_sync(publish)(run_id, "planning")  # lands in the group, for this socket too
+        return result
+
+    monkeypatch.setattr(socket_access, "opening", opening_while_the_run_moves)
+    communicator = communicator_for(run.pk, outsider)
+    try:
+        await communicator.connect()
+        assert await communicator.receive_output(timeout=2) == {
+            "type": "websocket.close",
+            "code": 4403,
+        }
+        assert await communicator.receive_nothing(timeout=0.3)
+    finally:
+        await communicator.disconnect()
 
 
 async def test_a_session_cookie_opens_the_socket_and_an_unknown_one_does_not(sim_pool, viewer):
