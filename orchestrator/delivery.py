@@ -36,11 +36,12 @@ def stop_listening_locally(run_id: int, listener: LocalListener) -> None:
             _local_listeners.pop(run_id, None)
 
 
-async def deliver_locally(event: dict[str, Any]) -> None:
-    """Hand an event to the run's listeners on the running loop, in the order they joined."""
+async def deliver_locally(event: dict[str, Any]) -> bool:
+    """Hand an event to the run's listeners on the running loop, in the order they joined.
+    True if there were any."""
     listeners = _local_listeners.get(event["run"])
     if not listeners:
-        return
+        return False
     loop = asyncio.get_running_loop()
     text = json.dumps(event)
     for listener, listener_loop in list(listeners.items()):
@@ -51,3 +52,4 @@ async def deliver_locally(event: dict[str, Any]) -> None:
         except Exception:  # one broken socket must not stop the others
             logger.debug("local listener of run %s failed", event["run"], exc_info=True)
             stop_listening_locally(event["run"], listener)
+    return True

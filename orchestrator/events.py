@@ -10,6 +10,7 @@ service that took them itself in one UPDATE of the run row with another change).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -135,11 +136,17 @@ async def send_many_async(events: Sequence[dict[str, Any]]) -> None:
     Redis round trips, whatever it carries)."""
     if not events:
         return
+    delivered_locally = False
     for event in events:
-        await delivery.deliver_locally(event)
+        delivered_locally |= await delivery.deliver_locally(event)
     layer = get_channel_layer()
     if layer is None:
         return
+    if delivered_locally:
+        # One turn of the loop first, in which the server writes what the local sockets were
+        # just sent: the group send then takes the loop for a while (a copy of the message and
+        # a task per channel, a hundred of each for a run watched by a hundred sockets).
+        await asyncio.sleep(0)
     if len(events) == 1:
         message = {"type": LAYER_MESSAGE_TYPE, "event": events[0]}
     else:

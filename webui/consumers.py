@@ -196,6 +196,20 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """Clients only listen; anything they send is ignored."""
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels closes stale database connections before every message: a hop to the
+        socket's database thread and back. A run's events touch no database, and each event of
+        a run watched by a hundred sockets is a hundred such messages (in the process executing
+        the run, all duplicates of what the sender already wrote): they go straight to their
+        handlers."""
+        kind = message.get("type")
+        if kind == events.LAYER_MESSAGE_TYPE:
+            await self.run_event(message)
+        elif kind == events.LAYER_BATCH_TYPE:
+            await self.run_events(message)
+        else:
+            await super().dispatch(message)
+
     async def run_event(self, message: dict[str, Any]) -> None:
         """A live event from the run's group (layer message type ``run.event``)."""
         await self._forward(message["event"])
