@@ -31,9 +31,11 @@ from orchestrator.sql import (
     NotStoredInOneStatement,
     advance_seq,
     advance_seq_storing,
+    allocate_ids,
     can_store_in_one_statement,
     db_datetime,
     insert_rows,
+    insert_statement,
 )
 
 TOTAL_FIELDS = wire.TOTAL_FIELDS
@@ -220,35 +222,48 @@ class RunRecorder:
         add: dict[str, Any] | None = None,
         move_to: str | None = None,
         quiet_without_step: bool = False,
+        inserts: Sequence[tuple[str, Sequence[Any]]] = (),
+        sets: Sequence[str] = (),
+        set_params: Sequence[Any] = (),
+        condition: str = "",
+        condition_params: Sequence[Any] = (),
     ) -> int | None:
         """Store a callback in one statement where the database can (``sql.advance_seq_storing``):
-        the step's row, the run's (only while its totals are what this recorder last read, so the
-        totals in ``items`` are the row's), the events. Returns the run's new last_seq (None: no
-        step row matched, nothing written). Raises NotStoredInOneStatement when the caller must
-        store the callback the general way, which has nothing written to undo."""
+        the step's row, the new rows of ``inserts``, the run's row (only while its totals are what
+        this recorder last read, so the totals in ``items`` are the row's, and ``condition``
+        holds; with ``sets`` too), the events. Returns the run's new last_seq (None: no step row
+        matched, nothing written). Raises NotStoredInOneStatement when the caller must store the
+        callback the general way, which has nothing written to undo."""
         add = add or {}
         assignments, assignment_params = _run_assignments(add, move_to)
-        conditions, condition_params = self._conditions(True)
+        assignments += sets
+        assignment_params += set_params
+        conditions, run_condition_params = self._conditions(True)
+        if condition:
+            conditions.append(condition)
+            run_condition_params += condition_params
         for field in TOTAL_FIELDS:
             conditions.append(f"{field} IS NOT DISTINCT FROM %s")
-            condition_params.append(self.totals[field])
+            run_condition_params.append(self.totals[field])
         for type, _ in items:
             if type not in wire.EVENT_SHAPES:
                 raise ValueError(f"unknown event type {type!r}")
-        last_seq = advance_seq_storing(
+        stored = advance_seq_storing(
             self.run_id,
             step_sql=step_sql,
             step_params=step_params,
             assignments=assignments,
             assignment_params=assignment_params,
             conditions=conditions,
-            condition_params=condition_params,
+            condition_params=run_condition_params,
             events=[{"type": type, "run": self.run_id, **data} for type, data in items],
             created_at=db_datetime(timezone.now()),
             quiet_without_step=quiet_without_step,
+            inserts=inserts,
         )
-        if last_seq is None:
+        if stored is None:
             return None
+        last_seq = stored[0]
         for field, amount in add.items():
             self.totals[field] += amount
         if move_to is not None:
@@ -346,6 +361,12 @@ class RunRecorder:
         usage = self._plan_usage(plan) if plan_rows else {}
         if new_steps:
             usage["step_count"] = len(new_steps)
+        if can_store_in_one_statement() and (plan_rows or new_steps):
+            try:
+                self._store_plan_in_one_statement(steps, plan_rows, new_steps, usage)
+                return
+            except NotStoredInOneStatement:
+                pass  # finished or taken over: the general way tells which
         with transaction.atomic():
             last_seq, _ = self._advance_run(event_count=len(plan_rows) + len(new_steps), add=usage)
             items = self._store_plans(plan_rows)
@@ -358,6 +379,43 @@ class RunRecorder:
             items += [(wire.STEP_CREATED, {"step": wire.step_data(s)}) for s in new_steps]
             if items:
                 self._publish(items, last_seq)
+
+    def _store_plan_in_one_statement(
+        self,
+        records: Sequence[StepRecord],
+        plan_rows: list[Plan],
+        new_steps: list[Step],
+        usage: dict[str, Any],
+    ) -> None:
+        """``plan_created`` in two statements (PostgreSQL): the new rows' ids, then the rows with
+        what the steps read, the run's totals and the events (``_store_in_one_statement``)."""
+        counts = [(model, len(rows)) for model, rows in ((Plan, plan_rows), (Step, new_steps))]
+        ids = allocate_ids([(model, count) for model, count in counts if count])
+        if plan_rows:
+            for row, pk in zip(plan_rows, ids.pop(0), strict=True):
+                row.pk = pk
+        if new_steps:
+            for row, pk in zip(new_steps, ids.pop(0), strict=True):
+                row.pk = pk
+                row.plan = plan_rows[0] if plan_rows else None
+        known = {key: row.pk for key, row in self.steps.items()}
+        known.update({(row.round, row.index): row.pk for row in new_steps})
+        new_by_index = {row.index: row for row in new_steps}
+        for record in records:
+            row = new_by_index.get(record.index)
+            if row is not None and record.reads:
+                row.reads = [known[(record.round, read)] for read in record.reads]
+        inserts = [insert_statement(rows) for rows in (plan_rows, new_steps) if rows]
+        items: list[tuple[str, dict[str, Any]]] = [
+            (wire.PLAN_CREATED, {"plan": wire.plan_data(row)}) for row in plan_rows
+        ]
+        items += [(wire.STEP_CREATED, {"step": wire.step_data(row)}) for row in new_steps]
+        self._store_in_one_statement(items, add=usage, inserts=inserts)
+        for row in [*plan_rows, *new_steps]:
+            row._state.adding = False
+            row._state.db = connection.alias
+        self.plan_rounds.update(row.round for row in plan_rows)
+        self.steps.update({(row.round, row.index): row for row in new_steps})
 
     def _new_step_row(self, record: StepRecord, now: Any) -> Step:
         row = Step(
