@@ -613,13 +613,43 @@ class RunRecorder:
         conditions, condition_params = self._conditions(True)
         assignment_sql = [f"{name} = %s" for name in assignments]
         assignment_sql.append("started_at = COALESCE(started_at, %s)")
+        assignment_params = [*assignments.values(), db_datetime(finished_at)]
+        if can_store_in_one_statement() and not any(
+            row.status in Step.OPEN for row in self.steps.values()
+        ):
+            new_totals = self.totals | {
+                "tokens_in": totals.tokens_in,
+                "tokens_out": totals.tokens_out,
+                "cost": totals.cost,
+                "model_calls": totals.model_calls,
+                "wall_time": totals.wall_time,
+            }
+            finished = wire.finished_data(
+                status=status,
+                answer=result.answer,
+                score=score,
+                error=error,
+                totals=dict(new_totals),
+                finished_at=finished_at,
+                closed_steps={},
+                grader=grader,
+            )
+            try:
+                self._store_finish_in_one_statement(
+                    plan_rows, finished, assignment_sql, assignment_params
+                )
+                self.status = status
+                self.totals = new_totals
+                return
+            except NotStoredInOneStatement:
+                pass  # finished elsewhere, taken over, or a step is open: the general way
         with transaction.atomic():
             open_steps = lock_open_steps(run_id=self.run_id)
             row = advance_seq(
                 self.run_id,
                 len(plan_rows) + 1,
                 assignments=assignment_sql,
-                assignment_params=[*assignments.values(), db_datetime(finished_at)],
+                assignment_params=assignment_params,
                 conditions=conditions,
                 condition_params=condition_params,
                 returning=("step_count",),
@@ -659,6 +689,40 @@ class RunRecorder:
                 )
             )
             self._publish(items, last_seq)
+
+    def _store_finish_in_one_statement(
+        self,
+        plan_rows: list[Plan],
+        finished: dict[str, Any],
+        sets: list[str],
+        set_params: list[Any],
+    ) -> None:
+        """``run_finished`` in one statement (two with plans to store: their ids first), when no
+        step of the run is open (the statement checks it: else it writes nothing and raises
+        NotStoredInOneStatement); ``finished`` is the ``run.finished`` event's data, whose
+        step count the statement checks is the row's."""
+        if plan_rows:
+            for row, pk in zip(plan_rows, allocate_ids([(Plan, len(plan_rows))])[0], strict=True):
+                row.pk = pk
+        inserts = [insert_statement(plan_rows)] if plan_rows else []
+        items: list[tuple[str, dict[str, Any]]] = [
+            (wire.PLAN_CREATED, {"plan": wire.plan_data(row)}) for row in plan_rows
+        ]
+        items.append((wire.RUN_FINISHED, finished))
+        self._store_in_one_statement(
+            items,
+            inserts=inserts,
+            sets=sets,
+            set_params=set_params,
+            condition=(
+                f"NOT EXISTS (SELECT 1 FROM {STEP_TABLE} WHERE run_id = %s AND status IN (%s, %s))"
+            ),
+            condition_params=[self.run_id, *(str(status) for status in Step.OPEN)],
+        )
+        for row in plan_rows:
+            row._state.adding = False
+            row._state.db = connection.alias
+        self.plan_rounds.update(row.round for row in plan_rows)
 
     def _worker_id(self, index: int) -> int | None:
         return self.worker_ids[index] if 0 <= index < len(self.worker_ids) else None
