@@ -116,6 +116,9 @@ class RunRecorder:
         self.worker_ids = list(worker_ids)
         self.steps: dict[tuple[int, int], Step] = {(s.round, s.index): s for s in steps}
         self.plan_rounds = set(plan_rounds)
+        # Plan ids taken ahead (PostgreSQL): the next plan stored, often the run's last one,
+        # stored with its end, needs no statement of its own to take one.
+        self.plan_ids: list[int] = []
         self.totals = dict.fromkeys(TOTAL_FIELDS, 0) | dict(totals or {})
         self.status = status
         self.deliver = deliver
@@ -389,11 +392,13 @@ class RunRecorder:
     ) -> None:
         """``plan_created`` in two statements (PostgreSQL): the new rows' ids, then the rows with
         what the steps read, the run's totals and the events (``_store_in_one_statement``)."""
-        counts = [(model, len(rows)) for model, rows in ((Plan, plan_rows), (Step, new_steps))]
-        ids = allocate_ids([(model, count) for model, count in counts if count])
-        if plan_rows:
-            for row, pk in zip(plan_rows, ids.pop(0), strict=True):
-                row.pk = pk
+        # One plan id more than this round needs, for the next plan.
+        counts = [(Plan, len(plan_rows) + 1 - len(self.plan_ids)), (Step, len(new_steps))]
+        ids = allocate_ids([(model, count) for model, count in counts if count > 0])
+        if counts[0][1] > 0:
+            self.plan_ids = sorted(self.plan_ids + ids.pop(0))
+        for row in plan_rows:
+            row.pk = self.plan_ids.pop(0)
         if new_steps:
             for row, pk in zip(new_steps, ids.pop(0), strict=True):
                 row.pk = pk
@@ -701,9 +706,11 @@ class RunRecorder:
         step of the run is open (the statement checks it: else it writes nothing and raises
         NotStoredInOneStatement); ``finished`` is the ``run.finished`` event's data, whose
         step count the statement checks is the row's."""
-        if plan_rows:
-            for row, pk in zip(plan_rows, allocate_ids([(Plan, len(plan_rows))])[0], strict=True):
-                row.pk = pk
+        missing = len(plan_rows) - len(self.plan_ids)
+        if missing > 0:
+            self.plan_ids += allocate_ids([(Plan, missing)])[0]
+        for row in plan_rows:
+            row.pk = self.plan_ids.pop(0)
         inserts = [insert_statement(plan_rows)] if plan_rows else []
         items: list[tuple[str, dict[str, Any]]] = [
             (wire.PLAN_CREATED, {"plan": wire.plan_data(row)}) for row in plan_rows
