@@ -94,6 +94,9 @@ class RecordingObserver:
         """Have the committed events sent, in order, by the one sender task (on this loop):
         ``SEND_WINDOW_SECONDS`` from now unless ``at_once`` (a sender already running sends
         whatever has committed when it is done with its batch)."""
+        if at_once and self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
         if not self._outbox or (self._sender is not None and not self._sender.done()):
             return
         if not at_once:
@@ -102,9 +105,6 @@ class RecordingObserver:
                     SEND_WINDOW_SECONDS, self._start_sending
                 )
             return
-        if self._send_timer is not None:
-            self._send_timer.cancel()
-            self._send_timer = None
         self._sender = asyncio.get_running_loop().create_task(self._send_outbox())
 
     async def _send_outbox(self) -> None:
