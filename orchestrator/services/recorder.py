@@ -251,7 +251,7 @@ class RunRecorder:
         for type, _ in items:
             if type not in wire.EVENT_SHAPES:
                 raise ValueError(f"unknown event type {type!r}")
-        stored = advance_seq_storing(
+        last_seq = advance_seq_storing(
             self.run_id,
             step_sql=step_sql,
             step_params=step_params,
@@ -264,9 +264,8 @@ class RunRecorder:
             quiet_without_step=quiet_without_step,
             inserts=inserts,
         )
-        if stored is None:
+        if last_seq is None:
             return None
-        last_seq = stored[0]
         for field, amount in add.items():
             self.totals[field] += amount
         if move_to is not None:
