@@ -31,9 +31,11 @@ from orchestrator.sql import (
     NotStoredInOneStatement,
     advance_seq,
     advance_seq_storing,
+    allocate_ids,
     can_store_in_one_statement,
     db_datetime,
     insert_rows,
+    insert_statement,
 )
 
 TOTAL_FIELDS = wire.TOTAL_FIELDS
@@ -114,6 +116,9 @@ class RunRecorder:
         self.worker_ids = list(worker_ids)
         self.steps: dict[tuple[int, int], Step] = {(s.round, s.index): s for s in steps}
         self.plan_rounds = set(plan_rounds)
+        # Plan ids taken ahead (PostgreSQL): the next plan stored, often the run's last one,
+        # stored with its end, needs no statement of its own to take one.
+        self.plan_ids: list[int] = []
         self.totals = dict.fromkeys(TOTAL_FIELDS, 0) | dict(totals or {})
         self.status = status
         self.deliver = deliver
@@ -220,18 +225,29 @@ class RunRecorder:
         add: dict[str, Any] | None = None,
         move_to: str | None = None,
         quiet_without_step: bool = False,
+        inserts: Sequence[tuple[str, Sequence[Any]]] = (),
+        sets: Sequence[str] = (),
+        set_params: Sequence[Any] = (),
+        condition: str = "",
+        condition_params: Sequence[Any] = (),
     ) -> int | None:
         """Store a callback in one statement where the database can (``sql.advance_seq_storing``):
-        the step's row, the run's (only while its totals are what this recorder last read, so the
-        totals in ``items`` are the row's), the events. Returns the run's new last_seq (None: no
-        step row matched, nothing written). Raises NotStoredInOneStatement when the caller must
-        store the callback the general way, which has nothing written to undo."""
+        the step's row, the new rows of ``inserts``, the run's row (only while its totals are what
+        this recorder last read, so the totals in ``items`` are the row's, and ``condition``
+        holds; with ``sets`` too), the events. Returns the run's new last_seq (None: no step row
+        matched, nothing written). Raises NotStoredInOneStatement when the caller must store the
+        callback the general way, which has nothing written to undo."""
         add = add or {}
         assignments, assignment_params = _run_assignments(add, move_to)
-        conditions, condition_params = self._conditions(True)
+        assignments += sets
+        assignment_params += set_params
+        conditions, run_condition_params = self._conditions(True)
+        if condition:
+            conditions.append(condition)
+            run_condition_params += condition_params
         for field in TOTAL_FIELDS:
             conditions.append(f"{field} IS NOT DISTINCT FROM %s")
-            condition_params.append(self.totals[field])
+            run_condition_params.append(self.totals[field])
         for type, _ in items:
             if type not in wire.EVENT_SHAPES:
                 raise ValueError(f"unknown event type {type!r}")
@@ -242,10 +258,11 @@ class RunRecorder:
             assignments=assignments,
             assignment_params=assignment_params,
             conditions=conditions,
-            condition_params=condition_params,
+            condition_params=run_condition_params,
             events=[{"type": type, "run": self.run_id, **data} for type, data in items],
             created_at=db_datetime(timezone.now()),
             quiet_without_step=quiet_without_step,
+            inserts=inserts,
         )
         if last_seq is None:
             return None
@@ -346,6 +363,12 @@ class RunRecorder:
         usage = self._plan_usage(plan) if plan_rows else {}
         if new_steps:
             usage["step_count"] = len(new_steps)
+        if can_store_in_one_statement() and (plan_rows or new_steps):
+            try:
+                self._store_plan_in_one_statement(steps, plan_rows, new_steps, usage)
+                return
+            except NotStoredInOneStatement:
+                pass  # finished or taken over: the general way tells which
         with transaction.atomic():
             last_seq, _ = self._advance_run(event_count=len(plan_rows) + len(new_steps), add=usage)
             items = self._store_plans(plan_rows)
@@ -358,6 +381,45 @@ class RunRecorder:
             items += [(wire.STEP_CREATED, {"step": wire.step_data(s)}) for s in new_steps]
             if items:
                 self._publish(items, last_seq)
+
+    def _store_plan_in_one_statement(
+        self,
+        records: Sequence[StepRecord],
+        plan_rows: list[Plan],
+        new_steps: list[Step],
+        usage: dict[str, Any],
+    ) -> None:
+        """``plan_created`` in two statements (PostgreSQL): the new rows' ids, then the rows with
+        what the steps read, the run's totals and the events (``_store_in_one_statement``)."""
+        # One plan id more than this round needs, for the next plan.
+        counts = [(Plan, len(plan_rows) + 1 - len(self.plan_ids)), (Step, len(new_steps))]
+        ids = allocate_ids([(model, count) for model, count in counts if count > 0])
+        if counts[0][1] > 0:
+            self.plan_ids = sorted(self.plan_ids + ids.pop(0))
+        for row in plan_rows:
+            row.pk = self.plan_ids.pop(0)
+        if new_steps:
+            for row, pk in zip(new_steps, ids.pop(0), strict=True):
+                row.pk = pk
+                row.plan = plan_rows[0] if plan_rows else None
+        known = {key: row.pk for key, row in self.steps.items()}
+        known.update({(row.round, row.index): row.pk for row in new_steps})
+        new_by_index = {row.index: row for row in new_steps}
+        for record in records:
+            row = new_by_index.get(record.index)
+            if row is not None and record.reads:
+                row.reads = [known[(record.round, read)] for read in record.reads]
+        inserts = [insert_statement(rows) for rows in (plan_rows, new_steps) if rows]
+        items: list[tuple[str, dict[str, Any]]] = [
+            (wire.PLAN_CREATED, {"plan": wire.plan_data(row)}) for row in plan_rows
+        ]
+        items += [(wire.STEP_CREATED, {"step": wire.step_data(row)}) for row in new_steps]
+        self._store_in_one_statement(items, add=usage, inserts=inserts)
+        for row in [*plan_rows, *new_steps]:
+            row._state.adding = False
+            row._state.db = connection.alias
+        self.plan_rounds.update(row.round for row in plan_rows)
+        self.steps.update({(row.round, row.index): row for row in new_steps})
 
     def _new_step_row(self, record: StepRecord, now: Any) -> Step:
         row = Step(
@@ -555,13 +617,43 @@ class RunRecorder:
         conditions, condition_params = self._conditions(True)
         assignment_sql = [f"{name} = %s" for name in assignments]
         assignment_sql.append("started_at = COALESCE(started_at, %s)")
+        assignment_params = [*assignments.values(), db_datetime(finished_at)]
+        if can_store_in_one_statement() and not any(
+            row.status in Step.OPEN for row in self.steps.values()
+        ):
+            new_totals = self.totals | {
+                "tokens_in": totals.tokens_in,
+                "tokens_out": totals.tokens_out,
+                "cost": totals.cost,
+                "model_calls": totals.model_calls,
+                "wall_time": totals.wall_time,
+            }
+            finished = wire.finished_data(
+                status=status,
+                answer=result.answer,
+                score=score,
+                error=error,
+                totals=dict(new_totals),
+                finished_at=finished_at,
+                closed_steps={},
+                grader=grader,
+            )
+            try:
+                self._store_finish_in_one_statement(
+                    plan_rows, finished, assignment_sql, assignment_params
+                )
+                self.status = status
+                self.totals = new_totals
+                return
+            except NotStoredInOneStatement:
+                pass  # finished elsewhere, taken over, or a step is open: the general way
         with transaction.atomic():
             open_steps = lock_open_steps(run_id=self.run_id)
             row = advance_seq(
                 self.run_id,
                 len(plan_rows) + 1,
                 assignments=assignment_sql,
-                assignment_params=[*assignments.values(), db_datetime(finished_at)],
+                assignment_params=assignment_params,
                 conditions=conditions,
                 condition_params=condition_params,
                 returning=("step_count",),
@@ -601,6 +693,42 @@ class RunRecorder:
                 )
             )
             self._publish(items, last_seq)
+
+    def _store_finish_in_one_statement(
+        self,
+        plan_rows: list[Plan],
+        finished: dict[str, Any],
+        sets: list[str],
+        set_params: list[Any],
+    ) -> None:
+        """``run_finished`` in one statement (two with plans to store: their ids first), when no
+        step of the run is open (the statement checks it: else it writes nothing and raises
+        NotStoredInOneStatement); ``finished`` is the ``run.finished`` event's data, whose
+        step count the statement checks is the row's."""
+        missing = len(plan_rows) - len(self.plan_ids)
+        if missing > 0:
+            self.plan_ids += allocate_ids([(Plan, missing)])[0]
+        for row in plan_rows:
+            row.pk = self.plan_ids.pop(0)
+        inserts = [insert_statement(plan_rows)] if plan_rows else []
+        items: list[tuple[str, dict[str, Any]]] = [
+            (wire.PLAN_CREATED, {"plan": wire.plan_data(row)}) for row in plan_rows
+        ]
+        items.append((wire.RUN_FINISHED, finished))
+        self._store_in_one_statement(
+            items,
+            inserts=inserts,
+            sets=sets,
+            set_params=set_params,
+            condition=(
+                f"NOT EXISTS (SELECT 1 FROM {STEP_TABLE} WHERE run_id = %s AND status IN (%s, %s))"
+            ),
+            condition_params=[self.run_id, *(str(status) for status in Step.OPEN)],
+        )
+        for row in plan_rows:
+            row._state.adding = False
+            row._state.db = connection.alias
+        self.plan_rounds.update(row.round for row in plan_rows)
 
     def _worker_id(self, index: int) -> int | None:
         return self.worker_ids[index] if 0 <= index < len(self.worker_ids) else None

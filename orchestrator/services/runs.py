@@ -421,7 +421,7 @@ def _load_execution(*, run_id: int, executor: str, exclusive: bool) -> _Executio
     claim = run_claim(run_id=run_id, executor=executor, lease_seconds=lease_seconds)
     if claim is None:
         return None
-    run, pool = _run_and_pool(run_id)
+    run, pool, workers = _run_pool_and_workers(run_id)
     # Every plan or step the recorder stores comes with its events, in the same transaction: a
     # queued run that has published nothing since its creation has none to resume from.
     fresh = run.status == Run.Status.QUEUED and run.last_seq <= 1
@@ -429,7 +429,7 @@ def _load_execution(*, run_id: int, executor: str, exclusive: bool) -> _Executio
         run=run,
         claim=claim,
         pool=pool,
-        workers=_enabled_workers(run.pool_id),
+        workers=workers,
         plans=[] if fresh else list(Plan.objects.filter(run_id=run_id).order_by("round")),
         steps=[] if fresh else list(Step.objects.filter(run_id=run_id).order_by("round", "index")),
     )
@@ -440,39 +440,34 @@ def _load_execution(*, run_id: int, executor: str, exclusive: bool) -> _Executio
     return execution
 
 
-def _run_and_pool(run_id: int) -> tuple[Run, Pool]:
-    """``Run.objects.select_related("pool").get(pk=run_id)`` in plain SQL: every execution
-    loads them, and the ORM took longer to build the query than the database to answer it."""
+def _run_pool_and_workers(run_id: int) -> tuple[Run, Pool, list[Worker]]:
+    """``Run.objects.select_related("pool").get(pk=run_id)`` and the pool's enabled workers in
+    order (``position``, ``id``), in one statement of plain SQL (a row per worker): every
+    execution loads them, and the ORM took longer to build the queries than the database to
+    answer them."""
     run_columns, pool_columns = model_columns(Run), model_columns(Pool)
+    worker_columns = model_columns(Worker)
     quote = connection.ops.quote_name
+    run_table, pool_table = quote(Run._meta.db_table), quote(Pool._meta.db_table)
+    worker_table = quote(Worker._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {run_columns.sql}, {pool_columns.sql} FROM {quote(Run._meta.db_table)} "
-            f"JOIN {quote(Pool._meta.db_table)} ON {quote(Pool._meta.db_table)}.id = "
-            f"{quote(Run._meta.db_table)}.pool_id WHERE {quote(Run._meta.db_table)}.id = %s",
-            [run_id],
+            f"SELECT {run_columns.sql}, {pool_columns.sql}, {worker_columns.sql} "
+            f"FROM {run_table} JOIN {pool_table} ON {pool_table}.id = {run_table}.pool_id "
+            f"LEFT JOIN {worker_table} ON {worker_table}.{quote('pool_id')} = {pool_table}.id "
+            f"AND {worker_table}.{quote('enabled')} = %s WHERE {run_table}.id = %s "
+            f"ORDER BY {worker_table}.{quote('position')}, {worker_table}.{quote('id')}",
+            [True, run_id],
         )
-        row = cursor.fetchone()
-    if row is None:
+        rows = cursor.fetchall()
+    if not rows:
         raise Run.DoesNotExist(f"run {run_id} does not exist")
-    run = run_columns.instance(row[: run_columns.count])
-    pool = pool_columns.instance(row[run_columns.count :])
+    pool_end = run_columns.count + pool_columns.count
+    run = run_columns.instance(rows[0][: run_columns.count])
+    pool = pool_columns.instance(rows[0][run_columns.count : pool_end])
     run.pool = pool
-    return run, pool
-
-
-def _enabled_workers(pool_id: int) -> list[Worker]:
-    """A pool's enabled workers in order (``position``, ``id``), in plain SQL as above."""
-    columns = model_columns(Worker)
-    quote = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {columns.sql} FROM {quote(Worker._meta.db_table)} WHERE "
-            f"{quote('pool_id')} = %s AND {quote('enabled')} = %s "
-            f"ORDER BY {quote('position')}, {quote('id')}",
-            [pool_id, True],
-        )
-        return [columns.instance(row) for row in cursor.fetchall()]
+    workers = [worker_columns.instance(row[pool_end:]) for row in rows if row[pool_end] is not None]
+    return run, pool, workers
 
 
 def run_settings_for(pool: Pool) -> RunSettings:
