@@ -419,15 +419,39 @@ def page_graph(graph: Graph) -> PageGraph:
     }
 
 
+class FoldedRound(TypedDict):
+    """A folded round whose steps the run page does not embed (``PageState.folded``): the page
+    fetches them when the round is opened (``RoundSteps``). ``not_succeeded`` names its steps that
+    have not succeeded, by status, so that a live event on one of them moves the right count on
+    the round's box; every other step of the round had succeeded."""
+
+    round: int
+    not_succeeded: dict[str, list[int]]
+
+
 class PageState(TypedDict):
     """What the run page embeds, read once (``selectors.run_page_state``): the run's state, the
     seq it is current to, its graph laid out from that state (``PageGraph``), and the layout's
-    measures."""
+    measures. On a folded graph the state leaves out the steps of the rounds in ``folded``
+    (finished rounds: their boxes and counts are in the graph's groups)."""
 
     seq: int
     state: RunState
     graph: PageGraph
     geometry: dict[str, Any]
+    folded: list[FoldedRound]
+
+
+class RoundSteps(TypedDict):
+    """A run's steps as the run page fetches those of a folded round when it opens
+    (``GET /api/runs/{id}/steps/?round=N``; every step without ``round``), with the seq they
+    are current to at least (the page drops the live events up to that seq for those rounds)
+    and, when asked (``graph=true``, with ``round``), that round laid out as the page draws it
+    (``PageGraph``: its steps by id and position, in the run's coordinates)."""
+
+    seq: int
+    steps: list[Step]
+    graph: PageGraph | None
 
 
 class CommandStep(TypedDict):

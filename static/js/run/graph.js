@@ -258,7 +258,8 @@ function groupLabel(round, counts, stepCount, collapsed) {
 
 export class GraphView {
   // ``geometry``: the server's layout measures (orchestrator.graph.geometry);
-  // ``fetchRound(round)``: one folded round's nodes and edges, when a user opens it.
+  // ``fetchRound(round)``: one folded round's nodes and edges (the API's graph, or the page's form
+  // of it once the store has the round's steps), when a user opens it.
   // ``extraStyle`` (Cytoscape style entries, after the graph's own) and ``stepClasses(stepId)``
   // (classes a step's node also gets) let another page mark steps (the compare page).
   constructor({ container, store, geometry, fetchRound, onOpenStep, onOpenPlan, onNotice, extraStyle = [], stepClasses = () => "" }) {
@@ -668,7 +669,7 @@ export class GraphView {
   // run has finished with one; null otherwise.
   finalStepId() {
     if (!this.store.finished || !this.store.run.answer) return null;
-    const last = this.store.order.at(-1);
+    const last = this.store.lastStep();
     return last ? last.id : null;
   }
 
@@ -887,8 +888,9 @@ export class GraphView {
       }
       if (plan && firstLayer.has(step.id)) edges.push(edge(`p${round}`, `s${step.id}`, "plan"));
     }
-    const earlier = [...this.store.roundStepIds.keys()].filter((r) => r < round);
-    if (plan && earlier.length) {
+    const earlier = [...this.store.roundStepIds.keys(), ...this.store.folded.keys()].filter((r) => r < round);
+    // (A folded round's steps are not in the page: no edge from its last step.)
+    if (plan && earlier.length && !this.store.folded.has(Math.max(...earlier))) {
       const last = this.store.roundSteps(Math.max(...earlier)).at(-1);
       if (last) edges.push(edge(`s${last.id}`, `p${round}`, "next"));
     }
@@ -919,7 +921,7 @@ export class GraphView {
     this.onNotice(`Opening round ${round}…`);
     try {
       const graph = await this.fetchRound(round);
-      if (graph.collapsed || !graph.nodes.some((n) => n.round === round)) {
+      if (graph.collapsed || !graph.groups.some((group) => group.round === round)) {
         this.onNotice(`Round ${round} could not be opened: the server sent it folded.`);
         return;
       }
