@@ -328,7 +328,7 @@ def pools_runnable_by(*, user: Any) -> QuerySet[Pool]:
     )
 
 
-_STEP_JSON_COLUMNS = ("access", "reads")
+_STEP_JSON_COLUMNS = ("access", "reads", "attempt_log")
 
 
 def _step_values(steps: QuerySet[Step], columns: Sequence[str]) -> list[tuple[Any, ...]]:
@@ -460,7 +460,7 @@ def run_page_state(*, run: Run) -> wire.PageState:
             state: wire.RunState = {"run": wire.run_data(run), "plans": plans, "steps": steps}
             return {
                 "seq": seq,
-                "state": state,
+                "state": wire.page_run_state(state),
                 "graph": wire.page_graph(graph),
                 "geometry": geometry(),
                 "folded": folded,
@@ -468,7 +468,7 @@ def run_page_state(*, run: Run) -> wire.PageState:
     state = run_snapshot(run=run)
     return {
         "seq": seq,
-        "state": state,
+        "state": wire.page_run_state(state),
         "graph": wire.page_graph(build_graph(plans=state["plans"], steps=state["steps"])),
         "geometry": geometry(),
         "folded": [],
@@ -682,7 +682,7 @@ def compare_page_state(*, runs: Sequence[Run]) -> wire.ComparePage:
         pages.append(
             {
                 "seq": run.last_seq,
-                "state": state,
+                "state": wire.page_run_state(state),
                 "graph": graph,
                 "geometry": geometry(),
                 "folded": [],

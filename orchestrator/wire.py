@@ -429,14 +429,32 @@ class FoldedRound(TypedDict):
     not_succeeded: dict[str, list[int]]
 
 
+class StepTable(TypedDict):
+    """Steps as a table: ``columns`` (the keys of ``Step``, in order) and one row of values per
+    step. Pages embed their steps so: the keys repeated in every object were two fifths of a
+    large run's page."""
+
+    columns: list[str]
+    rows: list[list[Any]]
+
+
+class PageRunState(TypedDict):
+    """A run's state as pages embed it: ``RunState`` with its steps as a ``StepTable``."""
+
+    run: RunSummary
+    plans: list[Plan]
+    steps: StepTable
+
+
 class PageState(TypedDict):
-    """What the run page embeds, read once (``selectors.run_page_state``): the run's state, the
-    seq it is current to, its graph laid out from that state (``PageGraph``), and the layout's
-    measures. On a folded graph the state leaves out the steps of the rounds in ``folded``
-    (finished rounds: their boxes and counts are in the graph's groups)."""
+    """What the run page embeds, read once (``selectors.run_page_state``): the run's state (its
+    steps as a table), the seq it is current to, its graph laid out from that state
+    (``PageGraph``), and the layout's measures. On a folded graph the state leaves out the steps
+    of the rounds in ``folded`` (finished rounds: their boxes and counts are in the graph's
+    groups)."""
 
     seq: int
-    state: RunState
+    state: PageRunState
     graph: PageGraph
     geometry: dict[str, Any]
     folded: list[FoldedRound]
@@ -555,6 +573,16 @@ def step_rows_data(rows: Iterable[Sequence[Any]]) -> list[Step]:
             step[key] = iso(step[key])
         steps.append(step)
     return steps
+
+
+def page_run_state(state: RunState) -> PageRunState:
+    """``state`` as pages embed it (``PageRunState``)."""
+    rows = [[step[key] for key in _STEP_KEYS] for step in state["steps"]]  # type: ignore[literal-required]
+    return {
+        "run": state["run"],
+        "plans": state["plans"],
+        "steps": {"columns": list(_STEP_KEYS), "rows": rows},
+    }
 
 
 def plan_data(plan: PlanRow) -> Plan:

@@ -459,7 +459,10 @@ def test_a_live_run_page_loads_its_state_once_and_grows_its_graph_in_place(slow_
     seen = {name: list(urls) for name, urls in loads.items()}
 
     steps = api_steps(page, slow_server.url, run_id)
-    assert len(first["state"]["steps"]) < len(steps), "steps were created while the page watched"
+    # (The page embeds its steps as a table: one row each.)
+    assert len(first["state"]["steps"]["rows"]) < len(steps), (
+        "steps were created while the page watched"
+    )
     # One state load: the page's own; no graph or run request, no snapshot over the socket,
     # which asked only for what came after the page's seq.
     assert seen["requests"] == []
@@ -489,7 +492,7 @@ def test_a_finished_run_page_loads_nothing_after_the_document(
     page.goto(f"/runs/{run_id}/")
     page.wait_for_selector("#run-graph[data-state=ready]")
     page.wait_for_selector("#live-indicator[data-state=finished]")
-    steps = embedded_state(page)["state"]["steps"]
+    steps = embedded_state(page)["state"]["steps"]["rows"]  # one row per step
     assert steps
     assert page.evaluate("window.runPage.graph.cy.nodes('.step').length") == len(steps)
     # No state request and no snapshot: the socket, kept open for review events (comments,

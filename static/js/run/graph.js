@@ -440,11 +440,21 @@ export class GraphView {
     const extent = cy.extent();
     const inView = (x, y) => x > extent.x1 - 120 && x < extent.x2 + 120 && y > extent.y1 - 40 && y < extent.y2 + 40;
     cy.batch(() => {
-      cy.nodes(".step, .plan").forEach((node) => {
-        const { x, y } = node.position();
-        const labelled = zoom >= LABEL_ZOOM && inView(x, y);
-        if (labelled !== node.hasClass("labelled")) node.toggleClass("labelled", labelled);
-      });
+      if (zoom >= LABEL_ZOOM) {
+        cy.nodes(".step, .plan").forEach((node) => {
+          const { x, y } = node.position();
+          const labelled = inView(x, y);
+          if (labelled === node.hasClass("labelled")) return;
+          // A large graph's step gets its label's text when first labelled (see stepElement).
+          if (labelled && node.data("label") == null) node.data("label", this.stepLabel(this.store.steps.get(node.data("step"))));
+          node.toggleClass("labelled", labelled);
+        });
+        this.anyLabelled = true;
+      } else if (this.anyLabelled) {
+        // Zoomed out: no label anywhere (and nothing to check node by node when none was).
+        cy.nodes(".labelled").removeClass("labelled");
+        this.anyLabelled = false;
+      }
       const wanted = new Map();
       if (zoom >= EDGE_ZOOM) {
         for (const edges of this.edgeSets.values()) {
@@ -633,8 +643,12 @@ export class GraphView {
         step: node.step,
         round: node.round,
         status: step ? step.status : node.status,
-        label: step ? this.stepLabel(step) : `${node.round}.${node.index} · ${node.worker}\n${node.label}\n${node.status}`,
-        compact: step ? stepCompactLabel(step) : `${node.round}.${node.index} · ${node.worker}`,
+        // A large graph labels only the nodes in view once zoomed in, and never compactly: their
+        // text is made then (showDetailInView), not for thousands of nodes up front.
+        ...(this.large && step ? {} : {
+          label: step ? this.stepLabel(step) : `${node.round}.${node.index} · ${node.worker}\n${node.label}\n${node.status}`,
+          compact: step ? stepCompactLabel(step) : `${node.round}.${node.index} · ${node.worker}`,
+        }),
         verdict: step && step.id === this.finalStepId() ? this.store.run.verdict : "",
         reused: Boolean(step && step.reused_from), // a replay's step taken from its source
         ...this.colourData("step", step ? step.status : node.status),

@@ -53,7 +53,7 @@ export class RunStore {
     this.run = state.run;
     changes.run = changes.totals = true;
     for (const plan of state.plans || []) this.putPlan(plan, changes);
-    for (const step of state.steps || []) this.putStep(step, changes);
+    for (const step of tableSteps(state.steps || [])) this.putStep(step, changes);
     return changes;
   }
 
@@ -262,6 +262,18 @@ export class RunStore {
   get finished() {
     return RUN_FINISHED.has(this.run.status);
   }
+}
+
+// Steps as pages embed them (wire.StepTable: columns, then one row of values per step), as objects;
+// a list of objects (the API's, the socket's) as it is.
+export function tableSteps(steps) {
+  if (Array.isArray(steps)) return steps;
+  const { columns, rows } = steps;
+  return rows.map((row) => {
+    const step = {};
+    for (let i = 0; i < columns.length; i += 1) step[columns[i]] = row[i];
+    return step;
+  });
 }
 
 function compareSteps(a, b) {
