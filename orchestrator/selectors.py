@@ -362,10 +362,8 @@ def run_graph(*, run: Run, round: int | None = None) -> wire.Graph:
     ]
     if round is None:
         return build_graph(plans=plans, steps=_graph_steps(run), round=round)
-    # The other rounds only place this one (their boxes): their layers are all they need.
-    drawn = _graph_steps(run, round=round)
-    steps = [step for step in _graph_steps(run, boxes_only=True) if step["round"] != round]
-    steps.extend(drawn)
+    steps = _steps_placing(run, round)
+    steps.extend(_graph_steps(run, round=round))
     steps.sort(key=lambda step: step["round"])  # stable: each round's steps stay in order
     return build_graph(plans=plans, steps=steps, round=round)
 
@@ -374,16 +372,20 @@ _BOX_COLUMNS: Final = ("id", "round", "index", "status", "reads")
 """What the layout needs of a step whose round it only places (a folded round's box)."""
 
 
-def _graph_steps(run: Run, *, round: int | None = None, boxes_only: bool = False) -> list[Any]:
-    """A run's steps (one round's with ``round``) as the layout reads them, in order: every
-    ``wire.GraphStep`` column, or with ``boxes_only`` what a round's box needs. Only what the
-    graph draws, as tuples: building 5,000 model instances (or full step_data dicts) cost more
-    than the layout itself."""
+def _graph_steps(
+    run: Run, *, round: int | None = None, before: int | None = None, boxes_only: bool = False
+) -> list[Any]:
+    """A run's steps (one round's with ``round``, the rounds before one with ``before``) as the
+    layout reads them, in order: every ``wire.GraphStep`` column, or with ``boxes_only`` what a
+    round's box needs. Only what the graph draws, as tuples: building 5,000 model instances (or
+    full step_data dicts) cost more than the layout itself."""
     columns = _BOX_COLUMNS if boxes_only else wire.GRAPH_STEP_COLUMNS
     keys = _BOX_COLUMNS if boxes_only else tuple(wire.GraphStep.__annotations__)
     steps = Step.objects.filter(run_id=run.pk)
     if round is not None:
         steps = steps.filter(round=round)
+    if before is not None:
+        steps = steps.filter(round__lt=before)
     return [
         dict(zip(keys, row, strict=True))
         for row in _step_values(steps.order_by("round", "index"), columns)
@@ -498,10 +500,10 @@ def _folded_rounds(run: Run, plans: list[wire.Plan], steps: list[Any]) -> list[w
 
 
 def run_round_steps(*, run: Run, round: int | None = None, graph: bool = False) -> wire.RoundSteps:
-    """The steps of one round of a run (every step with ``round`` None), in order, and the seq
-    they are current to at least (read first): what the run page fetches to open a folded round;
-    with ``graph`` (and ``round``) that round laid out, as ``run_graph(round=...)`` lays it out,
-    in the page's form."""
+    """The steps of one round of a run (every step with ``round`` None), in order, as a table,
+    and the seq they are current to at least (read first): what the run page fetches to open a
+    folded round; with ``graph`` (and ``round``) that round laid out, as
+    ``run_graph(round=...)`` lays it out, in the page's form."""
     from orchestrator.graph import build_graph
 
     seq = Run.objects.filter(pk=run.pk).values_list("last_seq", flat=True).get()
@@ -517,12 +519,21 @@ def run_round_steps(*, run: Run, round: int | None = None, graph: bool = False) 
             wire.plan_data(plan)
             for plan in Plan.objects.filter(run_id=run.pk).defer("messages").order_by("round")
         ]
-        # The other rounds only place this one: their boxes are all they need.
-        placed = [step for step in _graph_steps(run, boxes_only=True) if step["round"] != round]
+        placed = _steps_placing(run, round)
         placed.extend(steps)
         placed.sort(key=lambda step: step["round"])  # stable: a round's steps stay in order
         layout = wire.page_graph(build_graph(plans=plans, steps=placed, round=round))
-    return {"seq": seq, "steps": steps, "graph": layout}
+    return {"seq": seq, "steps": wire.step_table(steps), "graph": layout}
+
+
+def _steps_placing(run: Run, round: int) -> list[Any]:
+    """The other rounds' steps as laying out ``round`` alone needs them: the earlier rounds'
+    layers (their boxes place it); of the later ones only which they are (they count, and a
+    read may name one)."""
+    earlier = _graph_steps(run, boxes_only=True, before=round)
+    later = Step.objects.filter(run_id=run.pk, round__gt=round).order_by("round", "index")
+    keys = ("id", "round", "index")
+    return [*earlier, *(dict(zip(keys, row, strict=True)) for row in later.values_list(*keys))]
 
 
 def worker_missing_keys(*, worker: Worker) -> list[str]:

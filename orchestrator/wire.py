@@ -462,13 +462,13 @@ class PageState(TypedDict):
 
 class RoundSteps(TypedDict):
     """A run's steps as the run page fetches those of a folded round when it opens
-    (``GET /api/runs/{id}/steps/?round=N``; every step without ``round``), with the seq they
-    are current to at least (the page drops the live events up to that seq for those rounds)
-    and, when asked (``graph=true``, with ``round``), that round laid out as the page draws it
-    (``PageGraph``: its steps by id and position, in the run's coordinates)."""
+    (``GET /api/runs/{id}/steps/?round=N``; every step without ``round``), as a table, with the
+    seq they are current to at least (the page drops the live events up to that seq for those
+    rounds) and, when asked (``graph=true``, with ``round``), that round laid out as the page
+    draws it (``PageGraph``: its steps by id and position, in the run's coordinates)."""
 
     seq: int
-    steps: list[Step]
+    steps: StepTable
     graph: PageGraph | None
 
 
@@ -575,14 +575,15 @@ def step_rows_data(rows: Iterable[Sequence[Any]]) -> list[Step]:
     return steps
 
 
+def step_table(steps: Iterable[Step]) -> StepTable:
+    """``steps`` as a ``StepTable``."""
+    rows = [[step[key] for key in _STEP_KEYS] for step in steps]  # type: ignore[literal-required]
+    return {"columns": list(_STEP_KEYS), "rows": rows}
+
+
 def page_run_state(state: RunState) -> PageRunState:
     """``state`` as pages embed it (``PageRunState``)."""
-    rows = [[step[key] for key in _STEP_KEYS] for step in state["steps"]]  # type: ignore[literal-required]
-    return {
-        "run": state["run"],
-        "plans": state["plans"],
-        "steps": {"columns": list(_STEP_KEYS), "rows": rows},
-    }
+    return {"run": state["run"], "plans": state["plans"], "steps": step_table(state["steps"])}
 
 
 def plan_data(plan: PlanRow) -> Plan:

@@ -263,6 +263,13 @@ def test_a_huge_run_folds_its_rounds_and_opens_one_on_demand(browser_page, live_
     assert current == str(step_id)
 
 
+# The API's steps are a table (columns, then a row per step): one step of it as an object.
+STEP_AT = (
+    "((i) => (body) =>"
+    " Object.fromEntries(body.steps.columns.map((key, k) => [key, body.steps.rows[i][k]])))"
+)
+
+
 def test_a_folded_rounds_steps_come_when_it_opens_after_its_live_changes(browser_page, live_server):
     from orchestrator.graph import COLLAPSE_ABOVE
 
@@ -282,7 +289,7 @@ def test_a_folded_rounds_steps_come_when_it_opens_after_its_live_changes(browser
     assert page.evaluate("window.runPage.store.steps.size") == 0
     wait_for_js(page, "document.getElementById('live-indicator').dataset.state === 'finished'")
     step = page.evaluate(
-        f"fetch('/api/runs/{run_id}/steps/?round=0').then((r) => r.json()).then((b) => b.steps[3])"
+        f"fetch('/api/runs/{run_id}/steps/?round=0').then((r) => r.json()).then({STEP_AT}(3))"
     )
     seq = page.evaluate("window.runPage.live.lastSeq")
     # A live event on a step of the folded round 0 (as a resumed run would send): its box counts it.
@@ -307,7 +314,7 @@ def test_a_folded_rounds_steps_come_when_it_opens_after_its_live_changes(browser
     assert page.evaluate("window.runPage.store.steps.size") == per_round
     # A link to a step of the round still folded opens it (its round's steps fetched first).
     other = page.evaluate(
-        f"fetch('/api/runs/{run_id}/steps/?round=1').then((r) => r.json()).then((b) => b.steps[2])"
+        f"fetch('/api/runs/{run_id}/steps/?round=1').then((r) => r.json()).then({STEP_AT}(2))"
     )
     page.evaluate(f"window.location.hash = '#step-{other['id']}'")
     page.locator("#run-panel .response").wait_for()

@@ -143,7 +143,7 @@ export class RunStore {
     }
   }
 
-  // Steps fetched for folded rounds (wire.RoundSteps: one round's, or every step), current to at
+  // Steps fetched for folded rounds (wire.RoundSteps: one round's, or every step, as a table), current to at
   // least ``seq``: each folded round among them is loaded (``round``: that one only), then the
   // live events that touched it after that seq are applied again. The server laid these rounds
   // out already: they are not marked to be laid out again.
@@ -159,7 +159,7 @@ export class RunStore {
       this.roundCounts.set(number, {});
     }
     const size = this.order.length;
-    for (const step of steps) if (loading.has(step.round)) this.putStep(step, changes, { ordered: false });
+    for (const step of tableSteps(steps)) if (loading.has(step.round)) this.putStep(step, changes, { ordered: false });
     // One sort, not a splice per step (a round before the last one may open).
     if (this.order.length !== size) this.order.sort(compareSteps);
     for (const number of rounds) changes.shapedRounds.delete(number);
