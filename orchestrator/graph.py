@@ -3,25 +3,26 @@
 Plain dicts in (``wire.Plan`` and ``wire.GraphStep``), one ``wire.Graph`` out. The layout
 is computed here, on the server, so the page only draws (Cytoscape's ``preset`` layout):
 
-- each round is laid out as a layered DAG with networkx (``topological_generations`` for the
-  layers, ``multipartite_layout`` for the placement), left to right, a step always to the right
-  of every step it reads;
+- each round is laid out as a layered DAG, left to right: a step's layer is one more than the
+  last layer it reads (networkx's ``topological_generations``; one pass in order for a valid
+  workflow, networkx itself for anything else), a layer's steps in rows centred on the round's
+  middle (networkx's ``multipartite_layout``, computed directly);
 - the conductor's plan call of a round sits in the column before its steps (a fixed strategy's
   rounds have no plan node: no conductor ran);
 - rounds follow one another down the page, each inside its own group box (a wide canvas then
   fits a run of a few rounds at a size where labels can be read).
 
 Above ``COLLAPSE_ABOVE`` steps the whole-run graph sends each round as one collapsed group
-(its box, counts by status, no step nodes); ``build_graph(..., round=N)`` then returns that
-round's nodes and edges in the same coordinates, so opening a group moves nothing else.
+(its box, counts by status, no step nodes; no step is placed); ``build_graph(..., round=N)``
+then returns that round's nodes and edges in the same coordinates, so opening a group moves
+nothing else.
 
-Everything is linear in steps plus access edges (apart from networkx stacking one array per layer
-inside ``multipartite_layout``, which only matters for rounds of many thousands of layers).
+Everything is linear in steps plus access edges.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -114,8 +115,10 @@ def build_graph(
         # Only the conductor plans: a fixed strategy's workflow is drawn without a plan node.
         if plan is not None and plan.get("strategy") != "conductor":
             plan = None
-        layout = _layout_round(round_steps, top=top, has_plan=plan is not None)
         wanted = round is None or round == number
+        layout = _layout_round(
+            round_steps, top=top, has_plan=plan is not None, positions=wanted and not collapsed
+        )
         if wanted:
             graph["groups"].append(_group(number, round_steps, plan, layout, collapsed=collapsed))
         if wanted and not collapsed:
@@ -135,54 +138,34 @@ def build_graph(
 
 
 def _layout_round(
-    steps: Sequence[Mapping[str, Any]], *, top: float, has_plan: bool
+    steps: Sequence[Mapping[str, Any]], *, top: float, has_plan: bool, positions: bool = True
 ) -> dict[str, Any]:
-    """Positions of one round's plan node and steps, and the round's box."""
+    """Positions of one round's plan node and steps, and the round's box (the box alone without
+    ``positions``: a folded round draws no step)."""
     ids = [step["id"] for step in steps]
-    in_round = set(ids)
-    dag = nx.DiGraph()
-    dag.add_nodes_from(ids)
-    dag.add_edges_from(
-        (read, step["id"]) for step in steps for read in step.get("reads") or () if read in in_round
-    )
-    order = {step_id: position for position, step_id in enumerate(ids)}
-    try:
-        generations = [
-            sorted(layer, key=order.__getitem__) for layer in nx.topological_generations(dag)
-        ]
-    except nx.NetworkXUnfeasible:
-        # A cycle cannot come from a valid workflow; draw the steps in one column rather than fail.
-        generations = [ids]
-
+    generations = _generations(steps, ids)
     left = 0.0
     first_column = left + GROUP_PADDING + NODE_WIDTH / 2
     step_columns_start = first_column + (COLUMN_WIDTH if has_plan else 0.0)
     tallest = max((len(layer) for layer in generations), default=1) if ids else 1
     half_height = (tallest - 1) / 2 * ROW_HEIGHT + NODE_HEIGHT / 2 + GROUP_PADDING
     middle = top + half_height
-    positions: dict[Any, tuple[float, float]] = {}
-    if generations and ids:
-        layers = dict(enumerate(generations))
-        raw = nx.multipartite_layout(
-            dag, subset_key=layers, align="vertical", scale=1, center=(0, 0)
-        )
-        unit = _layout_unit(raw, generations)
-        # multipartite_layout scales uniformly and centres each layer on y = 0; undo the scaling
-        # and give columns and rows their own spacing in pixels.
-        min_x = min(float(x) for x, _ in raw.values())
-        for step_id, (x, y) in raw.items():
-            layer = round((float(x) - min_x) / unit)
-            positions[step_id] = (
-                _pixels(step_columns_start + layer * COLUMN_WIDTH),
-                _pixels(middle + float(y) / unit * ROW_HEIGHT),
-            )
+    placed: dict[Any, tuple[float, float]] = {}
+    if positions and ids:
+        # Layers are columns left to right; a layer's steps are rows in order, centred on the
+        # round's middle (what networkx's multipartite layout gives, without its arrays).
+        for layer, layer_ids in enumerate(generations):
+            x = _pixels(step_columns_start + layer * COLUMN_WIDTH)
+            offset = (len(layer_ids) - 1) / 2
+            for row, step_id in enumerate(layer_ids):
+                placed[step_id] = (x, _pixels(middle + (row - offset) * ROW_HEIGHT))
     layer_count = len(generations) if ids else 0
     last_column = step_columns_start + max(layer_count - 1, 0) * COLUMN_WIDTH
     if not ids:
         last_column = first_column
     right = last_column + NODE_WIDTH / 2 + GROUP_PADDING
     return {
-        "positions": positions,
+        "positions": placed,
         "layers": {step_id: i for i, layer in enumerate(generations) for step_id in layer},
         "plan_position": (_pixels(first_column), _pixels(middle)),
         "box": {
@@ -195,19 +178,49 @@ def _layout_round(
     }
 
 
+def _generations(steps: Sequence[Mapping[str, Any]], ids: list[Any]) -> list[list[Any]]:
+    """A round's steps in layers (networkx's ``topological_generations``: each step one layer
+    right of the last step of its round it reads), each layer in the steps' order.
+
+    A valid workflow's steps read earlier steps only, so one pass in order gives each step its
+    layer; anything else (a read of a later step, a cycle) goes through networkx."""
+    layer_of: dict[Any, int] = {}
+    in_round = set(ids)
+    for step in steps:
+        layer = 0
+        for read in step.get("reads") or ():
+            if read not in in_round:
+                continue
+            before = layer_of.get(read)
+            if before is None:
+                return _generations_by_networkx(steps, ids)
+            layer = max(layer, before + 1)
+        layer_of[step["id"]] = layer
+    generations: list[list[Any]] = [[] for _ in range(max(layer_of.values(), default=-1) + 1)]
+    for step_id in ids:
+        generations[layer_of[step_id]].append(step_id)
+    return generations
+
+
+def _generations_by_networkx(steps: Sequence[Mapping[str, Any]], ids: list[Any]) -> list[list[Any]]:
+    in_round = set(ids)
+    dag = nx.DiGraph()
+    dag.add_nodes_from(ids)
+    dag.add_edges_from(
+        (read, step["id"]) for step in steps for read in step.get("reads") or () if read in in_round
+    )
+    order = {step_id: position for position, step_id in enumerate(ids)}
+    try:
+        return [sorted(layer, key=order.__getitem__) for layer in nx.topological_generations(dag)]
+    except nx.NetworkXUnfeasible:
+        # A cycle cannot come from a valid workflow; draw the steps in one column rather than fail.
+        return [ids]
+
+
 def _pixels(value: float) -> float | int:
     """Whole pixels when the value is one (it nearly always is): shorter JSON."""
     rounded = round(value, 1)
     return int(rounded) if rounded.is_integer() else rounded
-
-
-def _layout_unit(raw: Mapping[Any, Any], generations: Sequence[Sequence[Any]]) -> float:
-    """The length multipartite_layout gave to one step between layers (or rows)."""
-    if len(generations) > 1:
-        return float(raw[generations[1][0]][0] - raw[generations[0][0]][0])
-    if len(generations[0]) > 1:
-        return float(raw[generations[0][1]][1] - raw[generations[0][0]][1])
-    return 1.0
 
 
 def _plan_status(plan: Mapping[str, Any]) -> str:
@@ -234,9 +247,7 @@ def _group(
     *,
     collapsed: bool,
 ) -> dict[str, Any]:
-    statuses: dict[str, int] = defaultdict(int)
-    for step in steps:
-        statuses[step["status"]] += 1
+    statuses = Counter(step["status"] for step in steps)
     return {
         "id": group_id(number),
         "round": number,

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from django.contrib.auth import get_user_model
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Sum, TextField
@@ -345,7 +345,7 @@ def pools_runnable_by(*, user: Any) -> QuerySet[Pool]:
     )
 
 
-_STEP_JSON_COLUMNS = ("access", "reads")
+_STEP_JSON_COLUMNS = ("access", "reads", "attempt_log")
 
 
 def _step_values(steps: QuerySet[Step], columns: Sequence[str]) -> list[tuple[Any, ...]]:
@@ -377,17 +377,36 @@ def run_graph(*, run: Run, round: int | None = None) -> wire.Graph:
         wire.plan_data(plan)
         for plan in Plan.objects.filter(run_id=run.pk).defer("messages").order_by("round")
     ]
-    # Only what the graph draws, as tuples: building 5,000 model instances (or full step_data
-    # dicts) cost more than the layout itself.
-    keys = tuple(wire.GraphStep.__annotations__)
-    steps: list[Any] = [
-        dict(zip(keys, row, strict=True))
-        for row in _step_values(
-            Step.objects.filter(run_id=run.pk).order_by("round", "index"),
-            wire.GRAPH_STEP_COLUMNS,
-        )
-    ]
+    if round is None:
+        return build_graph(plans=plans, steps=_graph_steps(run), round=round)
+    steps = _steps_placing(run, round)
+    steps.extend(_graph_steps(run, round=round))
+    steps.sort(key=lambda step: step["round"])  # stable: each round's steps stay in order
     return build_graph(plans=plans, steps=steps, round=round)
+
+
+_BOX_COLUMNS: Final = ("id", "round", "index", "status", "reads")
+"""What the layout needs of a step whose round it only places (a folded round's box)."""
+
+
+def _graph_steps(
+    run: Run, *, round: int | None = None, before: int | None = None, boxes_only: bool = False
+) -> list[Any]:
+    """A run's steps (one round's with ``round``, the rounds before one with ``before``) as the
+    layout reads them, in order: every ``wire.GraphStep`` column, or with ``boxes_only`` what a
+    round's box needs. Only what the graph draws, as tuples: building 5,000 model instances (or
+    full step_data dicts) cost more than the layout itself."""
+    columns = _BOX_COLUMNS if boxes_only else wire.GRAPH_STEP_COLUMNS
+    keys = _BOX_COLUMNS if boxes_only else tuple(wire.GraphStep.__annotations__)
+    steps = Step.objects.filter(run_id=run.pk)
+    if round is not None:
+        steps = steps.filter(round=round)
+    if before is not None:
+        steps = steps.filter(round__lt=before)
+    return [
+        dict(zip(keys, row, strict=True))
+        for row in _step_values(steps.order_by("round", "index"), columns)
+    ]
 
 
 def run_snapshot(*, run: Run) -> wire.RunState:
@@ -434,15 +453,104 @@ def run_page_state(*, run: Run) -> wire.PageState:
     an event that lands meanwhile is at worst applied twice (each event carries whole objects),
     never missed.
     """
-    from orchestrator.graph import build_graph, geometry
+    from orchestrator.graph import COLLAPSE_ABOVE, build_graph, geometry
 
+    seq = run.last_seq
+    if run.step_count > COLLAPSE_ABOVE:
+        # Likely folded: lay out from the graph's columns alone, and embed the steps of the
+        # rounds still open only (a finished round's steps come when it is opened: a folded run
+        # of 50,000 steps embedded them all, 22 MB of page).
+        plans = [wire.plan_data(plan) for plan in run.plans.all()]
+        graph_steps = _graph_steps(run, boxes_only=True)
+        graph = build_graph(plans=plans, steps=graph_steps, collapse_above=COLLAPSE_ABOVE)
+        # (Not folded after all, with fewer steps than the run row counts: read in full below.)
+        if graph["collapsed"]:
+            folded = _folded_rounds(run, plans, graph_steps)
+            folded_numbers = {entry["round"] for entry in folded}
+            open_rounds = {step["round"] for step in graph_steps} - folded_numbers
+            steps = wire.step_rows_data(
+                _step_values(
+                    Step.objects.filter(run_id=run.pk, round__in=open_rounds).order_by(
+                        "round", "index"
+                    ),
+                    wire.STEP_DATA_COLUMNS,
+                )
+            )
+            state: wire.RunState = {"run": wire.run_data(run), "plans": plans, "steps": steps}
+            return {
+                "seq": seq,
+                "state": wire.page_run_state(state),
+                "graph": wire.page_graph(graph),
+                "geometry": geometry(),
+                "folded": folded,
+            }
     state = run_snapshot(run=run)
     return {
-        "seq": run.last_seq,
-        "state": state,
+        "seq": seq,
+        "state": wire.page_run_state(state),
         "graph": wire.page_graph(build_graph(plans=state["plans"], steps=state["steps"])),
         "geometry": geometry(),
+        "folded": [],
     }
+
+
+def _folded_rounds(run: Run, plans: list[wire.Plan], steps: list[Any]) -> list[wire.FoldedRound]:
+    """The rounds of a folded graph that the run page need not embed: those whose steps have all
+    finished and that can gain no step (a later round exists, or the run has finished)."""
+    by_round: dict[int, list[Any]] = {}
+    for step in steps:
+        by_round.setdefault(step["round"], []).append(step)
+    last = max([*by_round, *(plan["round"] for plan in plans)], default=-1)
+    finished = set(Step.FINISHED)
+    folded: list[wire.FoldedRound] = []
+    for number, round_steps in sorted(by_round.items()):
+        if any(step["status"] not in finished for step in round_steps):
+            continue
+        if number == last and run.status not in Run.FINISHED:
+            continue
+        not_succeeded: dict[str, list[int]] = {}
+        for step in round_steps:
+            if step["status"] != Step.Status.SUCCEEDED:
+                not_succeeded.setdefault(step["status"], []).append(step["id"])
+        folded.append({"round": number, "not_succeeded": not_succeeded})
+    return folded
+
+
+def run_round_steps(*, run: Run, round: int | None = None, graph: bool = False) -> wire.RoundSteps:
+    """The steps of one round of a run (every step with ``round`` None), in order, as a table,
+    and the seq they are current to at least (read first): what the run page fetches to open a
+    folded round; with ``graph`` (and ``round``) that round laid out, as
+    ``run_graph(round=...)`` lays it out, in the page's form."""
+    from orchestrator.graph import build_graph
+
+    seq = Run.objects.filter(pk=run.pk).values_list("last_seq", flat=True).get()
+    query = Step.objects.filter(run_id=run.pk)
+    if round is not None:
+        query = query.filter(round=round)
+    steps = wire.step_rows_data(
+        _step_values(query.order_by("round", "index"), wire.STEP_DATA_COLUMNS)
+    )
+    layout = None
+    if graph and round is not None:
+        plans = [
+            wire.plan_data(plan)
+            for plan in Plan.objects.filter(run_id=run.pk).defer("messages").order_by("round")
+        ]
+        placed = _steps_placing(run, round)
+        placed.extend(steps)
+        placed.sort(key=lambda step: step["round"])  # stable: a round's steps stay in order
+        layout = wire.page_graph(build_graph(plans=plans, steps=placed, round=round))
+    return {"seq": seq, "steps": wire.step_table(steps), "graph": layout}
+
+
+def _steps_placing(run: Run, round: int) -> list[Any]:
+    """The other rounds' steps as laying out ``round`` alone needs them: the earlier rounds'
+    layers (their boxes place it); of the later ones only which they are (they count, and a
+    read may name one)."""
+    earlier = _graph_steps(run, boxes_only=True, before=round)
+    later = Step.objects.filter(run_id=run.pk, round__gt=round).order_by("round", "index")
+    keys = ("id", "round", "index")
+    return [*earlier, *(dict(zip(keys, row, strict=True)) for row in later.values_list(*keys))]
 
 
 def worker_missing_keys(*, worker: Worker) -> list[str]:
@@ -599,7 +707,15 @@ def compare_page_state(*, runs: Sequence[Run]) -> wire.ComparePage:
     for run, steps in zip(runs, steps_of_runs, strict=True):
         state: wire.RunState = {"run": wire.run_data(run), "plans": plans[run.pk], "steps": steps}
         graph = wire.page_graph(build_graph(plans=state["plans"], steps=state["steps"]))
-        pages.append({"seq": run.last_seq, "state": state, "graph": graph, "geometry": geometry()})
+        pages.append(
+            {
+                "seq": run.last_seq,
+                "state": wire.page_run_state(state),
+                "graph": graph,
+                "geometry": geometry(),
+                "folded": [],
+            }
+        )
     # The steps' word diffs are left out: the page asks the API for them once its graphs are
     # drawn (they were most of the work and of the page's size for runs that differ throughout).
     comparison = _comparison(runs, steps_of_runs, responses, word_diffs=False)

@@ -419,15 +419,57 @@ def page_graph(graph: Graph) -> PageGraph:
     }
 
 
+class FoldedRound(TypedDict):
+    """A folded round whose steps the run page does not embed (``PageState.folded``): the page
+    fetches them when the round is opened (``RoundSteps``). ``not_succeeded`` names its steps that
+    have not succeeded, by status, so that a live event on one of them moves the right count on
+    the round's box; every other step of the round had succeeded."""
+
+    round: int
+    not_succeeded: dict[str, list[int]]
+
+
+class StepTable(TypedDict):
+    """Steps as a table: ``columns`` (the keys of ``Step``, in order) and one row of values per
+    step. Pages embed their steps so: the keys repeated in every object were two fifths of a
+    large run's page."""
+
+    columns: list[str]
+    rows: list[list[Any]]
+
+
+class PageRunState(TypedDict):
+    """A run's state as pages embed it: ``RunState`` with its steps as a ``StepTable``."""
+
+    run: RunSummary
+    plans: list[Plan]
+    steps: StepTable
+
+
 class PageState(TypedDict):
-    """What the run page embeds, read once (``selectors.run_page_state``): the run's state, the
-    seq it is current to, its graph laid out from that state (``PageGraph``), and the layout's
-    measures."""
+    """What the run page embeds, read once (``selectors.run_page_state``): the run's state (its
+    steps as a table), the seq it is current to, its graph laid out from that state
+    (``PageGraph``), and the layout's measures. On a folded graph the state leaves out the steps
+    of the rounds in ``folded`` (finished rounds: their boxes and counts are in the graph's
+    groups)."""
 
     seq: int
-    state: RunState
+    state: PageRunState
     graph: PageGraph
     geometry: dict[str, Any]
+    folded: list[FoldedRound]
+
+
+class RoundSteps(TypedDict):
+    """A run's steps as the run page fetches those of a folded round when it opens
+    (``GET /api/runs/{id}/steps/?round=N``; every step without ``round``), as a table, with the
+    seq they are current to at least (the page drops the live events up to that seq for those
+    rounds) and, when asked (``graph=true``, with ``round``), that round laid out as the page
+    draws it (``PageGraph``: its steps by id and position, in the run's coordinates)."""
+
+    seq: int
+    steps: StepTable
+    graph: PageGraph | None
 
 
 class CommandStep(TypedDict):
@@ -531,6 +573,17 @@ def step_rows_data(rows: Iterable[Sequence[Any]]) -> list[Step]:
             step[key] = iso(step[key])
         steps.append(step)
     return steps
+
+
+def step_table(steps: Iterable[Step]) -> StepTable:
+    """``steps`` as a ``StepTable``."""
+    rows = [[step[key] for key in _STEP_KEYS] for step in steps]  # type: ignore[literal-required]
+    return {"columns": list(_STEP_KEYS), "rows": rows}
+
+
+def page_run_state(state: RunState) -> PageRunState:
+    """``state`` as pages embed it (``PageRunState``)."""
+    return {"run": state["run"], "plans": state["plans"], "steps": step_table(state["steps"])}
 
 
 def plan_data(plan: PlanRow) -> Plan:

@@ -60,6 +60,11 @@ def _payloads_match_the_wire_schema(monkeypatch):
     )
     monkeypatch.setattr(
         selectors,
+        "run_round_steps",
+        checked("round steps", lambda s: [(s, wire.RoundSteps)], selectors.run_round_steps),
+    )
+    monkeypatch.setattr(
+        selectors,
         "run_compare",
         checked("comparison", lambda c: [(c, wire.Comparison)], selectors.run_compare),
     )

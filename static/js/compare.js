@@ -5,7 +5,7 @@
 // "compare-state" block; untrusted text is only ever set as text.
 
 import { GraphView } from "./run/graph.js";
-import { RunStore } from "./run/store.js";
+import { RunStore, tableSteps } from "./run/store.js";
 import { element, formatCost, formatCount, formatScore, formatSeconds, shortInstruction, statusBadge } from "./run/format.js";
 
 const root = document.getElementById("compare-page");
@@ -31,7 +31,8 @@ async function api(path) {
 }
 
 // The page names each row's steps by id: each step is once in the page, in its run's state.
-const stepsById = pages.map((page) => new Map(page.state.steps.map((step) => [step.id, step])));
+const pageSteps = pages.map((page) => tableSteps(page.state.steps));
+const stepsById = pageSteps.map((steps) => new Map(steps.map((step) => [step.id, step])));
 for (const row of rows) row.steps = row.steps.map((id, runIndex) => (id == null ? null : stepsById[runIndex].get(id) || null));
 
 // Which aligned row each step is in, and how a run's step there differs from the first run's
@@ -62,7 +63,7 @@ function changeStyle() {
 // Graphs ----------------------------------------------------------------------------------------
 
 const graphs = pages.map((page, runIndex) => {
-  const store = new RunStore(page.state);
+  const store = new RunStore({ ...page.state, steps: pageSteps[runIndex] });
   const notice = root.querySelector(`[data-notice="${runIndex}"]`);
   const view = new GraphView({
     container: root.querySelector(`[data-graph="${runIndex}"]`),

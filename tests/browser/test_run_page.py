@@ -263,6 +263,71 @@ def test_a_huge_run_folds_its_rounds_and_opens_one_on_demand(browser_page, live_
     assert current == str(step_id)
 
 
+# The API's steps are a table (columns, then a row per step): one step of it as an object.
+STEP_AT = (
+    "((i) => (body) =>"
+    " Object.fromEntries(body.steps.columns.map((key, k) => [key, body.steps.rows[i][k]])))"
+)
+
+
+def test_a_folded_rounds_steps_come_when_it_opens_after_its_live_changes(browser_page, live_server):
+    from orchestrator.graph import COLLAPSE_ABOVE
+
+    page = browser_page
+    per_round = COLLAPSE_ABOVE // 2 + 1
+    run_id = store_large_run(live_server, rounds=2, per_round=per_round)
+    sockets = []
+
+    def route(socket):
+        socket.connect_to_server()  # the server's events pass through as they are
+        sockets.append(socket)
+
+    page.route_web_socket(re.compile(r"/ws/runs/\d+/"), route)
+    page.goto(f"/runs/{run_id}/")
+    page.wait_for_selector("#run-graph[data-state=ready]", timeout=30_000)
+    # The page holds the rounds' boxes and counts, not the steps of a finished folded run.
+    assert page.evaluate("window.runPage.store.steps.size") == 0
+    wait_for_js(page, "document.getElementById('live-indicator').dataset.state === 'finished'")
+    step = page.evaluate(
+        f"fetch('/api/runs/{run_id}/steps/?round=0').then((r) => r.json()).then({STEP_AT}(3))"
+    )
+    seq = page.evaluate("window.runPage.live.lastSeq")
+    # A live event on a step of the folded round 0 (as a resumed run would send): its box counts it.
+    failed = {**step, "status": "failed", "error": "The worker stopped."}
+    sockets[0].send(
+        json.dumps({"type": "step.failed", "run": run_id, "seq": seq + 1, "step": failed})
+    )
+    wait_for_js(
+        page, "window.runPage.graph.cy.getElementById('r0').data('label').includes('1 failed')"
+    )
+    label = page.evaluate("window.runPage.graph.cy.getElementById('r0').data('label')")
+    assert f"{per_round - 1:,} succeeded" in label
+
+    # Opened, the round's steps are fetched (current to an older seq): the live change stays.
+    point = page.evaluate("window.runPage.graph.clientPositionOfGroup(0)")
+    page.mouse.click(point["x"], point["y"])
+    wait_for_js(page, "window.runPage.graph.expanded.has(0)", timeout=30_000)
+    assert page.evaluate(f"window.runPage.store.steps.get({step['id']}).status") == "failed"
+    assert page.evaluate(
+        f"window.runPage.graph.cy.getElementById('s{step['id']}').data('status')"
+    ) == ("failed")
+    assert page.evaluate("window.runPage.store.steps.size") == per_round
+    # A link to a step of the round still folded opens it (its round's steps fetched first).
+    other = page.evaluate(
+        f"fetch('/api/runs/{run_id}/steps/?round=1').then((r) => r.json()).then({STEP_AT}(2))"
+    )
+    page.evaluate(f"window.location.hash = '#step-{other['id']}'")
+    page.locator("#run-panel .response").wait_for()
+    assert page.text_content("#run-panel-title").startswith("Step 1.2")
+    # The list has every step, the live change in it.
+    page.click("#steps-section summary")
+    page.wait_for_selector("#step-list li")
+    assert page.locator("#step-list li").count() == 2 * per_round
+    assert page.get_attribute(f"#step-list li[data-step-id='{step['id']}']", "data-status") == (
+        "failed"
+    )
+
+
 STATUS_CYCLE = ("succeeded", "failed", "cancelled")
 
 
@@ -401,7 +466,10 @@ def test_a_live_run_page_loads_its_state_once_and_grows_its_graph_in_place(slow_
     seen = {name: list(urls) for name, urls in loads.items()}
 
     steps = api_steps(page, slow_server.url, run_id)
-    assert len(first["state"]["steps"]) < len(steps), "steps were created while the page watched"
+    # (The page embeds its steps as a table: one row each.)
+    assert len(first["state"]["steps"]["rows"]) < len(steps), (
+        "steps were created while the page watched"
+    )
     # One state load: the page's own; no graph or run request, no snapshot over the socket,
     # which asked only for what came after the page's seq.
     assert seen["requests"] == []
@@ -431,7 +499,7 @@ def test_a_finished_run_page_loads_nothing_after_the_document(
     page.goto(f"/runs/{run_id}/")
     page.wait_for_selector("#run-graph[data-state=ready]")
     page.wait_for_selector("#live-indicator[data-state=finished]")
-    steps = embedded_state(page)["state"]["steps"]
+    steps = embedded_state(page)["state"]["steps"]["rows"]  # one row per step
     assert steps
     assert page.evaluate("window.runPage.graph.cy.nodes('.step').length") == len(steps)
     # No state request and no snapshot: the socket, kept open for review events (comments,

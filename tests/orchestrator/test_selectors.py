@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from orchestrator import selectors, wire
-from orchestrator.models import Membership, Run
+from orchestrator.models import Membership, Run, Step
 from tests.factories import make_member, make_plan, make_pool, make_project, make_run, make_step
 
 pytestmark = pytest.mark.django_db
@@ -191,6 +191,12 @@ def test_viewable_pairs_keeps_members_and_superusers_of_existing_runs(
     assert viewable_pairs(pairs) == {(superuser.pk, run.pk)}
 
 
+def embedded_steps(state: wire.PageState) -> list[dict]:
+    """The steps of a page state, as objects (the page embeds them as a table)."""
+    table = state["state"]["steps"]
+    return [dict(zip(table["columns"], row, strict=True)) for row in table["rows"]]
+
+
 def test_run_page_state_is_one_snapshot_with_its_seq_and_the_same_graph(sim_pool):
     run = make_run(pool=sim_pool)
     make_plan(run=run, workflow=[{"worker": 0, "instruction": "a", "access": []}] * 2)
@@ -203,7 +209,7 @@ def test_run_page_state_is_one_snapshot_with_its_seq_and_the_same_graph(sim_pool
 
     # The socket resumes after this seq, so it is the run's seq at the moment of the read.
     assert state["seq"] == 7
-    assert [step["id"] for step in state["state"]["steps"]] == [first.pk, second.pk]
+    assert [step["id"] for step in embedded_steps(state)] == [first.pk, second.pk]
     # The graph is the one the API serves for the same run: one layout, not a second kind.
     assert state["graph"] == wire.page_graph(selectors.run_graph(run=run))
     assert state["geometry"]["column_width"] > 0
@@ -219,7 +225,7 @@ def test_the_page_state_holds_each_step_once_with_its_access_and_the_graphs_posi
     state = selectors.run_page_state(run=run)
     graph = selectors.run_graph(run=run)
 
-    steps = state["state"]["steps"]
+    steps = embedded_steps(state)
     assert [(s["access"], s["reads"]) for s in steps] == [
         ([], []),
         ([0], [first.pk]),
@@ -236,3 +242,54 @@ def test_the_page_state_holds_each_step_once_with_its_access_and_the_graphs_posi
     edges = [[edge["source"], edge["target"], edge["kind"]] for edge in graph["edges"]]
     assert state["graph"]["edges"] == edges
     assert [f"s{first.pk}", f"s{third.pk}", "reads_all"] in edges
+
+
+def folded_run(sim_pool, *, status: str, last_round_status: str = "succeeded") -> Run:
+    """A run of three rounds of three steps; one step of round 0 failed."""
+    run = make_run(pool=sim_pool, status=status, step_count=9)
+    for number in range(3):
+        make_plan(run=run, round=number, workflow=[{"worker": 0, "instruction": "a"}] * 3)
+        for index in range(3):
+            step_status = "failed" if (number, index) == (0, 1) else "succeeded"
+            if number == 2:
+                step_status = last_round_status
+            make_step(run=run, round=number, index=index, status=step_status)
+    return run
+
+
+def test_a_folded_page_embeds_the_steps_of_its_open_rounds_only(sim_pool, monkeypatch):
+    monkeypatch.setattr("orchestrator.graph.COLLAPSE_ABOVE", 4)
+    run = folded_run(sim_pool, status="running", last_round_status="running")
+
+    state = selectors.run_page_state(run=run)
+
+    assert state["graph"]["collapsed"]
+    # Rounds 0 and 1 have ended: their boxes and counts are in the graph, their steps are not
+    # in the page; round 2 still runs and can grow, so its steps are.
+    assert [entry["round"] for entry in state["folded"]] == [0, 1]
+    failed = Step.objects.get(run=run, round=0, index=1)
+    assert state["folded"][0]["not_succeeded"] == {"failed": [failed.pk]}
+    assert state["folded"][1]["not_succeeded"] == {}
+    assert {step["round"] for step in embedded_steps(state)} == {2}
+    assert [group["statuses"] for group in state["graph"]["groups"]][:2] == [
+        {"succeeded": 2, "failed": 1},
+        {"succeeded": 3},
+    ]
+    # Opening a folded round fetches its steps, as the snapshot would have had them.
+    opened = selectors.run_round_steps(run=run, round=0)
+    assert opened["seq"] == run.last_seq
+    assert opened["steps"] == wire.step_table(
+        step for step in selectors.run_snapshot(run=run)["steps"] if step["round"] == 0
+    )
+    assert len(selectors.run_round_steps(run=run)["steps"]["rows"]) == 9
+
+
+def test_a_finished_folded_run_embeds_no_step(sim_pool, monkeypatch):
+    monkeypatch.setattr("orchestrator.graph.COLLAPSE_ABOVE", 4)
+    run = folded_run(sim_pool, status="succeeded")
+
+    state = selectors.run_page_state(run=run)
+
+    assert [entry["round"] for entry in state["folded"]] == [0, 1, 2]
+    assert state["state"]["steps"]["rows"] == []
+    assert len(state["state"]["plans"]) == 3

@@ -191,6 +191,42 @@ class RunGraphApi(APIView):
         return Response(selectors.run_graph(run=run, round=query.validated_data.get("round")))
 
 
+class RunStepsApi(APIView):
+    """A run's steps (without messages and responses, as its page holds them), one round's with
+    ``round``, and the seq they are current to at least; with ``graph`` that round laid out too:
+    the run page opens a folded round with them."""
+
+    class QuerySerializer(serializers.Serializer):
+        round = WholeNumberField(
+            required=False,
+            min_value=0,
+            max_value=32767,
+            help_text="Only this round's steps.",
+        )
+        graph = serializers.BooleanField(
+            required=False,
+            default=False,
+            help_text="With round: that round laid out as the run page draws it.",
+        )
+
+    @extend_schema(
+        operation_id="runs_steps",
+        parameters=[QuerySerializer],
+        responses={200: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request, run_id: int) -> Response:
+        query = self.QuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        run = visible_run_or_404(request=request, run_id=run_id)
+        return Response(
+            selectors.run_round_steps(
+                run=run,
+                round=query.validated_data.get("round"),
+                graph=query.validated_data["graph"],
+            )
+        )
+
+
 class RunCancelApi(APIView):
     """Cancel a run that has not finished (admins and reviewers of its project).
 

@@ -65,6 +65,7 @@ from webui.api.runs import (
     RunGraphApi,
     RunListChangesApi,
     RunListCreateApi,
+    RunStepsApi,
 )
 from webui.api.steps import StepDetailApi
 
@@ -81,6 +82,7 @@ urlpatterns = [
     path("runs/changes/", RunListChangesApi.as_view(), name="api-run-changes"),
     path("runs/<id:run_id>/", RunDetailApi.as_view(), name="api-run-detail"),
     path("runs/<id:run_id>/graph/", RunGraphApi.as_view(), name="api-run-graph"),
+    path("runs/<id:run_id>/steps/", RunStepsApi.as_view(), name="api-run-steps"),
     path("runs/<id:run_id>/cancel/", RunCancelApi.as_view(), name="api-run-cancel"),
     path("steps/<id:step_id>/", StepDetailApi.as_view(), name="api-step-detail"),
     path("runs/<id:run_id>/replays/", RunReplayCreateApi.as_view(), name="api-run-replays"),

@@ -258,7 +258,8 @@ function groupLabel(round, counts, stepCount, collapsed) {
 
 export class GraphView {
   // ``geometry``: the server's layout measures (orchestrator.graph.geometry);
-  // ``fetchRound(round)``: one folded round's nodes and edges, when a user opens it.
+  // ``fetchRound(round)``: one folded round's nodes and edges (the API's graph, or the page's form
+  // of it once the store has the round's steps), when a user opens it.
   // ``extraStyle`` (Cytoscape style entries, after the graph's own) and ``stepClasses(stepId)``
   // (classes a step's node also gets) let another page mark steps (the compare page).
   constructor({ container, store, geometry, fetchRound, onOpenStep, onOpenPlan, onNotice, extraStyle = [], stepClasses = () => "" }) {
@@ -439,11 +440,21 @@ export class GraphView {
     const extent = cy.extent();
     const inView = (x, y) => x > extent.x1 - 120 && x < extent.x2 + 120 && y > extent.y1 - 40 && y < extent.y2 + 40;
     cy.batch(() => {
-      cy.nodes(".step, .plan").forEach((node) => {
-        const { x, y } = node.position();
-        const labelled = zoom >= LABEL_ZOOM && inView(x, y);
-        if (labelled !== node.hasClass("labelled")) node.toggleClass("labelled", labelled);
-      });
+      if (zoom >= LABEL_ZOOM) {
+        cy.nodes(".step, .plan").forEach((node) => {
+          const { x, y } = node.position();
+          const labelled = inView(x, y);
+          if (labelled === node.hasClass("labelled")) return;
+          // A large graph's step gets its label's text when first labelled (see stepElement).
+          if (labelled && node.data("label") == null) node.data("label", this.stepLabel(this.store.steps.get(node.data("step"))));
+          node.toggleClass("labelled", labelled);
+        });
+        this.anyLabelled = true;
+      } else if (this.anyLabelled) {
+        // Zoomed out: no label anywhere (and nothing to check node by node when none was).
+        cy.nodes(".labelled").removeClass("labelled");
+        this.anyLabelled = false;
+      }
       const wanted = new Map();
       if (zoom >= EDGE_ZOOM) {
         for (const edges of this.edgeSets.values()) {
@@ -632,8 +643,12 @@ export class GraphView {
         step: node.step,
         round: node.round,
         status: step ? step.status : node.status,
-        label: step ? this.stepLabel(step) : `${node.round}.${node.index} · ${node.worker}\n${node.label}\n${node.status}`,
-        compact: step ? stepCompactLabel(step) : `${node.round}.${node.index} · ${node.worker}`,
+        // A large graph labels only the nodes in view once zoomed in, and never compactly: their
+        // text is made then (showDetailInView), not for thousands of nodes up front.
+        ...(this.large && step ? {} : {
+          label: step ? this.stepLabel(step) : `${node.round}.${node.index} · ${node.worker}\n${node.label}\n${node.status}`,
+          compact: step ? stepCompactLabel(step) : `${node.round}.${node.index} · ${node.worker}`,
+        }),
         verdict: step && step.id === this.finalStepId() ? this.store.run.verdict : "",
         reused: Boolean(step && step.reused_from), // a replay's step taken from its source
         ...this.colourData("step", step ? step.status : node.status),
@@ -668,7 +683,7 @@ export class GraphView {
   // run has finished with one; null otherwise.
   finalStepId() {
     if (!this.store.finished || !this.store.run.answer) return null;
-    const last = this.store.order.at(-1);
+    const last = this.store.lastStep();
     return last ? last.id : null;
   }
 
@@ -887,8 +902,9 @@ export class GraphView {
       }
       if (plan && firstLayer.has(step.id)) edges.push(edge(`p${round}`, `s${step.id}`, "plan"));
     }
-    const earlier = [...this.store.roundStepIds.keys()].filter((r) => r < round);
-    if (plan && earlier.length) {
+    const earlier = [...this.store.roundStepIds.keys(), ...this.store.folded.keys()].filter((r) => r < round);
+    // (A folded round's steps are not in the page: no edge from its last step.)
+    if (plan && earlier.length && !this.store.folded.has(Math.max(...earlier))) {
       const last = this.store.roundSteps(Math.max(...earlier)).at(-1);
       if (last) edges.push(edge(`s${last.id}`, `p${round}`, "next"));
     }
@@ -919,7 +935,7 @@ export class GraphView {
     this.onNotice(`Opening round ${round}…`);
     try {
       const graph = await this.fetchRound(round);
-      if (graph.collapsed || !graph.nodes.some((n) => n.round === round)) {
+      if (graph.collapsed || !graph.groups.some((group) => group.round === round)) {
         this.onNotice(`Round ${round} could not be opened: the server sent it folded.`);
         return;
       }

@@ -26,10 +26,33 @@ async function api(path) {
   return response.json();
 }
 
-const fetchRound = (round) => api(`runs/${runId}/graph/?round=${round}`);
 const pageState = JSON.parse(document.getElementById("run-state").textContent);
-const store = new RunStore(pageState.state);
+const store = new RunStore(pageState.state, { folded: pageState.folded, groups: pageState.graph.groups });
 performance.mark("run-page:state-read");
+
+// A folded run's page holds no steps of its finished rounds: one round's steps are fetched when
+// it is opened (on the graph, or a step or plan of it in the panel), every step when the list or
+// the timeline is. One request per round (or for all) at a time.
+const stepLoads = new Map();
+function loadSteps(round = null) {
+  if (round == null ? store.complete : !store.folded.has(round)) return Promise.resolve();
+  const key = round == null ? "all" : round;
+  if (!stepLoads.has(key)) {
+    const query = round == null ? "" : `?round=${round}`;
+    const load = api(`runs/${runId}/steps/${query}`)
+      .then((steps) => draw(store.loadSteps(steps, new Changes(), round)))
+      .finally(() => stepLoads.delete(key));
+    stepLoads.set(key, load);
+  }
+  return stepLoads.get(key);
+}
+
+// A folded round opened on the graph: its steps and its layout (wire.RoundSteps) in one request.
+async function fetchRound(round) {
+  const opened = await api(`runs/${runId}/steps/?round=${round}&graph=true`);
+  draw(store.loadSteps(opened, new Changes(), round));
+  return opened.graph;
+}
 
 const notice = document.getElementById("graph-notice");
 function showNotice(text) {
@@ -50,6 +73,7 @@ const stepList = new StepList({
   empty: document.getElementById("step-list-empty"),
   count: document.getElementById("steps-count"),
   store,
+  loadSteps: () => loadSteps(),
   onOpenStep: openStep,
 });
 const graph = new GraphView({
@@ -77,6 +101,7 @@ const panel = new DetailsPanel({
   store,
   api,
   runId,
+  loadSteps,
   onStepRendered: (step, body) => replay.decorateStep(step, body),
   stepSection: (step) => review.stepSection(step),
   onClose: () => {
@@ -90,6 +115,7 @@ const timeline = new Timeline({
   canvas: document.getElementById("run-timeline"),
   marks: document.getElementById("run-timeline-marks"),
   store,
+  loadSteps: () => loadSteps(),
   onOpenStep: openStep,
   onOpenPlan: openPlan,
 });
@@ -211,7 +237,7 @@ if (store.finished) live.finish({ listen: true });
 else live.start();
 // The timeline (below the graph) is opened, and so drawn, once the graph has its first frame.
 graph.whenDrawn(() => {
-  if (store.steps.size <= 2000) document.getElementById("timeline-section").open = true;
+  if (Math.max(store.steps.size, pageState.graph.step_count) <= 2000) document.getElementById("timeline-section").open = true;
 });
 
 // For tests and benchmarks that drive the page like a user: where is a step drawn?

@@ -13,8 +13,10 @@ export class DetailsPanel {
   // optional: one more section at the end of a step's panel (review.js).
   constructor({
     panel, title, body, closeButton, store, api, runId, onClose,
-    onStepRendered = () => {}, stepSection = null,
+    onStepRendered = () => {}, stepSection = null, loadSteps = () => Promise.resolve(),
   }) {
+    // ``loadSteps(round)``: fetches a folded round's steps (a folded run's page holds none).
+    this.loadSteps = loadSteps;
     this.onStepRendered = onStepRendered;
     this.stepSection = stepSection;
     this.panel = panel;
@@ -50,9 +52,23 @@ export class DetailsPanel {
   }
 
   async showStep(id) {
-    const step = this.store.steps.get(id);
+    let step = this.store.steps.get(id);
     this.showing = { kind: "step", id };
     this.open();
+    if (!step && !this.store.complete) {
+      // A step of a folded round: its round's steps come first.
+      const request = ++this.request;
+      this.title.textContent = `Step ${id}`;
+      this.body.replaceChildren(element("p", { class: "hint" }, "Loading…"));
+      try {
+        const detail = await this.api(`steps/${id}/`);
+        if (detail.run === this.runId) await this.loadSteps(detail.round);
+      } catch {
+        // Not a step this page can show: said below.
+      }
+      if (request !== this.request) return;
+      step = this.store.steps.get(id);
+    }
     if (!step) {
       this.title.textContent = `Step ${id}`;
       this.body.replaceChildren(element("p", { class: "hint" }, "This step is not part of this run."));
@@ -148,7 +164,8 @@ export class DetailsPanel {
     }
     const request = ++this.request;
     try {
-      const run = await this.api(`runs/${this.runId}/`);
+      // The plan names its round's steps: a folded round's are fetched with it.
+      const [run] = await Promise.all([this.api(`runs/${this.runId}/`), this.loadSteps(round)]);
       if (request !== this.request) return;
       const plan = (run.plans || []).find((p) => p.round === round);
       if (!plan) {

@@ -6,8 +6,11 @@
 import { element, formatCount, formatSeconds, setStatusBadge, shortInstruction, stepName, stepTokens } from "./format.js";
 
 export class StepList {
-  constructor({ list, empty, count, store, onOpenStep }) {
+  // ``loadSteps()``: fetches the steps the page does not hold (a folded run's), before the list is
+  // built.
+  constructor({ list, empty, count, store, onOpenStep, loadSteps = () => Promise.resolve() }) {
     this.list = list;
+    this.loadSteps = loadSteps;
     this.empty = empty;
     this.count = count;
     this.store = store;
@@ -41,6 +44,20 @@ export class StepList {
   }
 
   renderAll() {
+    if (!this.store.complete) {
+      this.list.setAttribute("aria-busy", "true");
+      this.loading ||= this.loadSteps()
+        .then(() => this.renderAll())
+        .catch((error) => {
+          this.empty.textContent = `The steps could not be loaded (${error.message}).`;
+          this.empty.hidden = false;
+        })
+        .finally(() => {
+          this.loading = null;
+          this.list.removeAttribute("aria-busy");
+        });
+      return this.loading;
+    }
     this.pending = false;
     const fragment = document.createDocumentFragment();
     for (const step of this.store.orderedSteps()) fragment.append(this.createItem(step));
@@ -49,6 +66,7 @@ export class StepList {
     if (first) this.setTabStop(first);
     this.showCount();
     if (this.currentId != null) this.markCurrent(this.currentId);
+    return Promise.resolve();
   }
 
   showCount() {
@@ -117,8 +135,8 @@ export class StepList {
     }
   }
 
-  focusStep(stepId) {
-    if (this.pending) this.renderAll();
+  async focusStep(stepId) {
+    if (this.pending) await this.renderAll();
     const item = this.items.get(stepId);
     if (!item) return;
     this.setTabStop(item);

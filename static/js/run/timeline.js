@@ -19,8 +19,11 @@ const REDRAW_EVERY_MS = 250;
 const MAX_MARKED_STEPS = 200;
 
 export class Timeline {
-  constructor({ details, canvas, marks, store, onOpenStep, onOpenPlan }) {
+  // ``loadSteps()``: fetches the steps the page does not hold (a folded run's); the timeline is
+  // drawn once they have come (the store's change then redraws it).
+  constructor({ details, canvas, marks, store, onOpenStep, onOpenPlan, loadSteps = () => Promise.resolve() }) {
     this.details = details;
+    this.loadSteps = loadSteps;
     this.canvas = canvas;
     this.marks = marks; // the layer over the canvas holding the attempts' elements
     this.store = store;
@@ -96,6 +99,10 @@ export class Timeline {
 
   draw() {
     if (!this.details.open) return;
+    if (!this.store.complete) {
+      this.loadSteps().catch(() => {});
+      return;
+    }
     this.lastDrawn = performance.now();
     const steps = this.rowsInOrder();
     this.rows = steps;

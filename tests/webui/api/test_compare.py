@@ -138,13 +138,18 @@ def test_the_page_embeds_the_comparison_and_each_runs_graph(client, viewer, runs
     assert [row["change"] for row in state["comparison"]["steps"]] == ["same", "changed"]
     assert [page["state"]["run"]["id"] for page in state["pages"]] == [first.pk, second.pk]
     # Each step is in the page once: in its run's state; the graph and the rows name it by id.
-    for page in state["pages"]:
-        ids = [step["id"] for step in page["state"]["steps"]]
+    # (The steps are a table: columns, then one row of values per step.)
+    steps = [
+        [dict(zip(table["columns"], row, strict=True)) for row in table["rows"]]
+        for table in (page["state"]["steps"] for page in state["pages"])
+    ]
+    for page, page_steps in zip(state["pages"], steps, strict=True):
+        ids = [step["id"] for step in page_steps]
         assert len(ids) == 2 and page["graph"]["steps"][::3] == ids
     for row in state["comparison"]["steps"]:
         assert row["steps"] == [
-            next(step["id"] for step in page["state"]["steps"] if step["index"] == row["index"])
-            for page in state["pages"]
+            next(step["id"] for step in page_steps if step["index"] == row["index"])
+            for page_steps in steps
         ]
     html = response.content.decode()
     assert f'href="/runs/{first.pk}/"' in html and "js/compare.js" in html

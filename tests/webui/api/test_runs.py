@@ -10,7 +10,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from orchestrator import selectors
+from orchestrator import selectors, wire
 from orchestrator.models import Run
 from orchestrator.services import execution
 from orchestrator.services.runs import run_create, run_execute
@@ -193,6 +193,7 @@ def test_runs_of_other_projects_are_404(api_as, sim_pool, outsider):
     client = api_as(outsider)
     assert client.get(reverse("api-run-detail", args=[run.pk])).status_code == 404
     assert client.get(reverse("api-run-graph", args=[run.pk])).status_code == 404
+    assert client.get(reverse("api-run-steps", args=[run.pk])).status_code == 404
     assert client.post(reverse("api-run-cancel", args=[run.pk])).status_code == 404
     assert client.get(reverse("api-step-detail", args=[step.pk])).status_code == 404
 
@@ -221,6 +222,33 @@ def test_graph(api_as, sim_pool, viewer):
         edge["source"] == f"s{first.pk}" and edge["target"] == f"s{second.pk}"
         for edge in graph["edges"]
     )
+
+
+def test_a_rounds_steps_with_the_seq_they_are_current_to(api_as, sim_pool, viewer):
+    run = make_run(pool=sim_pool, last_seq=12)
+    first = make_step(run=run, round=0, index=0, response="not in the list")
+    later = [make_step(run=run, round=1, index=index) for index in range(2)]
+    make_step(run=run, round=2, index=0)
+    url = reverse("api-run-steps", args=[run.pk])
+
+    one_round = api_as(viewer).get(url, {"round": 1}).json()
+    every_step = api_as(viewer).get(url).json()
+
+    def steps(body: dict) -> list[dict]:  # a table: the keys once, a row per step
+        table = body["steps"]
+        return [dict(zip(table["columns"], row, strict=True)) for row in table["rows"]]
+
+    assert one_round["seq"] == 12
+    assert [step["id"] for step in steps(one_round)] == [step.pk for step in later]
+    assert [step["id"] for step in steps(every_step)][:3] == [first.pk] + [s.pk for s in later]
+    assert "response" not in steps(every_step)[0]
+    assert every_step["graph"] is None
+    # Asked with its layout, the round comes as the graph API lays it out, in the page's form.
+    opened = api_as(viewer).get(url, {"round": 1, "graph": "true"}).json()
+    assert opened["steps"] == one_round["steps"]
+    assert opened["graph"] == wire.page_graph(selectors.run_graph(run=run, round=1))
+    assert opened["graph"]["steps"][::3] == [step.pk for step in later]
+    assert api_as(viewer).get(url, {"round": -1}).status_code == 400
 
 
 def test_step_detail_has_the_exact_messages_and_response(api_as, sim_pool, viewer):
