@@ -101,6 +101,7 @@ MATRIX: dict[tuple[str, str], tuple[int, ...]] = {
     ("api/runs/", "POST"): (NO, 400, 400, 400, 400, 400),
     ("api/runs/<id:run_id>/", "GET"): (NO, 200, 200, 404, 200, 200),
     ("api/runs/<id:run_id>/graph/", "GET"): (NO, 200, 200, 404, 200, 200),
+    ("api/runs/<id:run_id>/steps/", "GET"): (NO, 200, 200, 404, 200, 200),
     ("api/runs/<id:run_id>/cancel/", "POST"): (NO, 403, 200, 404, 200, 200),
     ("api/steps/<id:step_id>/", "GET"): (NO, 200, 200, 404, 200, 200),
     ("api/pools/", "GET"): (NO, 200, 200, 200, 200, 200),
