@@ -209,6 +209,11 @@ def main() -> int:
     for run_id, seq, ms in client_latencies:
         by_event.setdefault((run_id, seq), []).append(ms)
     first_client = [min(values) for values in by_event.values()]
+    for (run_id, seq), values in sorted(by_event.items()):
+        print(
+            f"run {run_id} seq {seq}: first client {min(values):.1f} ms, last {max(values):.1f} ms",
+            file=sys.stderr,
+        )
     spread = [max(values) - min(values) for values in by_event.values()]
     result = {
         "bench": "live_latency",
