@@ -117,14 +117,13 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
                     self.watched = True
                     if opened.allowed and changed():  # access may have changed since the read
                         opened.allowed = bool(await socket_access.allowed([opened.watched]))
-        if self.refused:  # closed already, by ``_refuse``
-            return
-        if not opened.allowed:
+        if self.refused or not opened.allowed:
             # Joined before the check: leave at once, and drop whatever the group has already
             # queued for this socket (no seq passes this one).
             self.last_sent_seq = sys.maxsize
             await self._leave_group()
-            await self.close(code=CLOSE_REFUSED)
+            if not self.refused:  # else closed already, by ``_refuse``
+                await self.close(code=CLOSE_REFUSED)
             return
         if not self.joined:
             await self.close(code=CLOSE_LAYER_UNAVAILABLE)
