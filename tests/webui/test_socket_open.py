@@ -152,3 +152,27 @@ async def test_a_socket_refused_while_it_opens_leaves_the_runs_group(sim_pool, v
         assert await communicator.receive_nothing(timeout=0.3)
     finally:
         await communicator.disconnect()
+
+
+async def test_a_run_deleted_while_the_socket_opens_is_refused_like_a_missing_one(
+    sim_pool, viewer, monkeypatch
+):
+    run = await new_run(sim_pool)
+    opening = socket_access.opening
+
+    def opening_then_deleted(presented, run_id):
+        result = opening(presented, run_id)
+        Run.objects.filter(pk=run_id).delete()
+        return result
+
+    monkeypatch.setattr(socket_access, "opening", opening_then_deleted)
+    communicator = communicator_for(run.pk, viewer)
+    try:
+        await communicator.connect()
+        assert await communicator.receive_output(timeout=2) == {
+            "type": "websocket.close",
+            "code": 4403,
+        }
+        assert members_of_the_group(run.pk) == set()
+    finally:
+        await communicator.disconnect()
