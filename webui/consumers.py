@@ -52,7 +52,7 @@ def _encoded(event: dict[str, Any]) -> str:
 
 @dataclass(slots=True)
 class _Opened:
-    """What a connecting socket learns in its one database round trip."""
+    """What a connecting socket learns in its one hop to a database thread."""
 
     watched: socket_access.Watched | None  # None: no user
     allowed: bool = False
