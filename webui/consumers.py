@@ -14,6 +14,7 @@ from typing import Any
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from orchestrator import delivery, events, selectors
+from orchestrator.models import Run
 from webui import snapshots, socket_access
 
 # One code for every refusal (not logged in, no such run, not a member, access ended), so run
@@ -51,7 +52,7 @@ def _encoded(event: dict[str, Any]) -> str:
 
 @dataclass(slots=True)
 class _Opened:
-    """What a connecting socket learns in its one database round trip."""
+    """What a connecting socket learns in its one hop to a database thread."""
 
     watched: socket_access.Watched | None  # None: no user
     allowed: bool = False
@@ -69,11 +70,14 @@ def _open(
     opened = _Opened(watched, allowed=run is not None)
     if run is None or not first:
         return opened
-    if after is None:
-        seq, created_at = run
-        opened.snapshot = snapshots.snapshot_text(run_id=run_id, created_at=created_at, seq=seq)
-    else:
-        opened.events = selectors.run_events_after(run_id=run_id, seq=after)
+    try:
+        if after is None:
+            seq, created_at = run
+            opened.snapshot = snapshots.snapshot_text(run_id=run_id, created_at=created_at, seq=seq)
+        else:
+            opened.events = selectors.run_events_after(run_id=run_id, seq=after)
+    except Run.DoesNotExist:  # deleted since the check: refused, as a missing run is
+        opened.allowed = False
     return opened
 
 
@@ -110,21 +114,25 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             async with socket_access.changes_heard() as changed:
                 # The group is joined before the run is read, so that no event falls between
                 # what is sent first and the live events.
-                self.joined = await self._join_group()
-                opened = await _open(presented, self.run_id, after, self.joined)
+                try:
+                    self.joined = await self._join_group()
+                    opened = await _open(presented, self.run_id, after, self.joined)
+                except BaseException:
+                    # ``disconnect`` does not follow a failed ``connect``: leave here.
+                    await self._leave_group()
+                    raise
                 if opened.watched is not None:
                     await socket_access.watch(self, opened.watched, self._refuse)
                     self.watched = True
                     if opened.allowed and changed():  # access may have changed since the read
                         opened.allowed = bool(await socket_access.allowed([opened.watched]))
-        if self.refused:  # closed already, by ``_refuse``
-            return
-        if not opened.allowed:
+        if self.refused or not opened.allowed:
             # Joined before the check: leave at once, and drop whatever the group has already
             # queued for this socket (no seq passes this one).
             self.last_sent_seq = sys.maxsize
             await self._leave_group()
-            await self.close(code=CLOSE_REFUSED)
+            if not self.refused:  # else closed already, by ``_refuse``
+                await self.close(code=CLOSE_REFUSED)
             return
         if not self.joined:
             await self.close(code=CLOSE_LAYER_UNAVAILABLE)

@@ -7,11 +7,14 @@ request's first synchronous call and another one to join it at the end. Under lo
 thousands of threads a minute, and each start held the event loop up (a new thread takes the
 interpreter lock before ``Thread.start()`` returns), delaying every request and socket the loop
 carries. asgiref lets the caller own a context's executor: a request borrows an idle one-thread
-executor and gives it back when it ends. Django's own context, entered inside, then adds nothing.
+executor and gives it back when it ends and its thread is free. Django's own context, entered
+inside, then adds nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -42,9 +45,25 @@ class ReusedRequestThreads:
             async with ThreadSensitiveContext(executor=executor):
                 await self.app(scope, receive, send)
         finally:
-            # A call the request left running (a client that went away) only delays the next
-            # request on this thread; it never runs beside it.
-            if len(self.idle) < self.keep_idle:
-                self.idle.append(executor)
-            else:
-                executor.shutdown(wait=False)
+            # Idle again once its thread is free: a call the request left running (a client
+            # that went away, a request the server cancelled) must not hold the next one up.
+            loop = asyncio.get_running_loop()
+            executor.submit(_nothing).add_done_callback(
+                lambda _: _call_soon(loop, self._give_back, executor)
+            )
+
+    def _give_back(self, executor: ThreadPoolExecutor) -> None:
+        if len(self.idle) < self.keep_idle:
+            self.idle.append(executor)
+        else:
+            executor.shutdown(wait=False)
+
+
+def _nothing() -> None:
+    pass
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Any, *args: Any) -> None:
+    """``callback(*args)`` on ``loop``, from any thread; nothing once the loop is closed."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback, *args)

@@ -168,10 +168,10 @@ def opening(
     presented: Presented, run_id: int
 ) -> tuple[Watched | None, tuple[int, datetime] | None]:
     """Who a connecting socket's user is, and the run's ``(last_seq, created_at)`` if they may
-    watch it now (None if not). Synchronous: the socket runs it in its one database round trip,
-    with what it sends first. A token is read as the REST API reads it; a session as Django reads
-    the session of a request (its auth hash checked, a stale one flushed); then the run and the
-    user's membership in one query."""
+    watch it now (None if not). Synchronous: the socket runs it in its one hop to a database
+    thread, with the reads of what it sends first. A token is read as the REST API reads it; a
+    session as Django reads the session of a request (its auth hash checked, a stale one
+    flushed); then the run and the user's membership in one query."""
     if presented.token is not None:
         try:
             user, _ = TokenAuthentication().authenticate_credentials(presented.token)

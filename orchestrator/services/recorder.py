@@ -721,7 +721,8 @@ class RunRecorder:
             sets=sets,
             set_params=set_params,
             condition=(
-                f"NOT EXISTS (SELECT 1 FROM {STEP_TABLE} WHERE run_id = %s AND status IN (%s, %s))"
+                f"NOT EXISTS (SELECT 1 FROM {STEP_TABLE} WHERE run_id = %s"
+                f" AND status IN ({', '.join(['%s'] * len(Step.OPEN))}))"
             ),
             condition_params=[self.run_id, *(str(status) for status in Step.OPEN)],
         )

@@ -354,6 +354,8 @@ async def run_execute_async(
         logger.warning("run %s was taken over by another execution; this one stopped", run_id)
     except (OperationalError, InterfaceError) as error:
         if not resumable:
+            if recorder is not None:  # what was stored goes out before run.finished
+                await _flush_quietly(recorder)
             await sync_to_async(run_fail)(
                 run_id=run_id, error=short_error(error), fence=claim.fence
             )

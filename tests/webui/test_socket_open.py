@@ -7,10 +7,12 @@ import datetime as dt
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 
+from orchestrator import events
 from orchestrator.models import Membership, Run
 from tests.factories import make_step
 from tests.webui.test_consumer_access import session_cookie, site_communicator
@@ -124,3 +126,53 @@ def test_a_kept_snapshot_is_read_again_for_a_later_seq_or_another_run_of_the_sam
     Run.objects.filter(pk=run.pk).update(created_at=other_day, input="Another question")
     seq, other = snapshots.snapshot_text(run_id=run.pk, created_at=other_day, seq=4)
     assert "Another question" in other and other != later
+
+
+def members_of_the_group(run_id: int) -> set:
+    return set(get_channel_layer().groups.get(events.group_name(run_id), {}))
+
+
+async def test_a_socket_refused_while_it_opens_leaves_the_runs_group(sim_pool, viewer, monkeypatch):
+    """Access ended as the socket is being watched: it is closed, and out of the run's group
+    before its client goes."""
+    run = await new_run(sim_pool)
+    watch = socket_access.watch
+
+    async def watch_then_refused(handle, watched, on_refused):
+        await watch(handle, watched, on_refused)
+        await on_refused()
+
+    monkeypatch.setattr(socket_access, "watch", watch_then_refused)
+    communicator = communicator_for(run.pk, viewer)
+    try:
+        await communicator.connect()
+        assert (await communicator.receive_output(timeout=2))["code"] == 4403
+        assert members_of_the_group(run.pk) == set()
+        await publish(run.pk, "planning")
+        assert await communicator.receive_nothing(timeout=0.3)
+    finally:
+        await communicator.disconnect()
+
+
+async def test_a_run_deleted_while_the_socket_opens_is_refused_like_a_missing_one(
+    sim_pool, viewer, monkeypatch
+):
+    run = await new_run(sim_pool)
+    opening = socket_access.opening
+
+    def opening_then_deleted(presented, run_id):
+        result = opening(presented, run_id)
+        Run.objects.filter(pk=run_id).delete()
+        return result
+
+    monkeypatch.setattr(socket_access, "opening", opening_then_deleted)
+    communicator = communicator_for(run.pk, viewer)
+    try:
+        await communicator.connect()
+        assert await communicator.receive_output(timeout=2) == {
+            "type": "websocket.close",
+            "code": 4403,
+        }
+        assert members_of_the_group(run.pk) == set()
+    finally:
+        await communicator.disconnect()

@@ -403,16 +403,24 @@ async def run_events(run_id: int) -> AsyncIterator[dict[str, Any]]:
                     message = await asyncio.wait_for(layer.receive(channel), EVENT_POLL_SECONDS)
                 except TimeoutError:
                     break  # read the stored events again
-                event = message.get("event") or {}
-                seq = event.get("seq", 0)
-                if seq <= seen:
-                    continue
-                if seq != seen + 1:
-                    break  # a gap: take the missing ones from the database
-                seen = seq
-                yield event
-                if event["type"] == wire.RUN_FINISHED:
-                    return
+                if message.get("type") == events.LAYER_BATCH_TYPE:
+                    batch = message.get("events") or []
+                else:
+                    batch = [message.get("event") or {}]
+                gap = False
+                for event in batch:
+                    seq = event.get("seq", 0)
+                    if seq <= seen:
+                        continue
+                    if seq != seen + 1:
+                        gap = True
+                        break
+                    seen = seq
+                    yield event
+                    if event["type"] == wire.RUN_FINISHED:
+                        return
+                if gap:
+                    break  # take the missing ones from the database
     finally:
         if channel is not None:
             await layer.group_discard(group, channel)

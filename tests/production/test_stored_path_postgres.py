@@ -1,0 +1,177 @@
+"""On PostgreSQL a run's callbacks are stored in one statement each (``sql.advance_seq_storing``,
+ids taken ahead by ``sql.allocate_ids``, rows read by ``sql.fetch_bound``); the run's end falls
+back to the general way when a step is still open. SQLite stores them the general way
+(tests/orchestrator/services/test_run_recording.py): these tests read what each path stored."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import sql
+from orchestrator.engine.types import PlanAttempt, PlanRecord, RunResult, Totals
+from orchestrator.models import Plan, Run, RunEvent, Step
+from orchestrator.services import recorder as recorder_module
+from orchestrator.services.recorder import RunRecorder
+from tests.factories import make_run
+from tests.orchestrator.services.test_run_recording import (
+    WORKFLOW,
+    finished,
+    plan_record,
+    step_records,
+    stored_events,
+)
+
+pytestmark = pytest.mark.production
+
+
+@pytest.fixture
+def run(sim_pool) -> Run:
+    return make_run(pool=sim_pool)
+
+
+@pytest.fixture
+def statements(monkeypatch) -> list[str]:
+    """The PostgreSQL-only functions the recorder called, in order."""
+    called: list[str] = []
+    for name in ("allocate_ids", "advance_seq_storing"):
+        original = getattr(recorder_module, name)
+
+        def spy(*args, _original=original, _name=name, **kwargs):
+            called.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(recorder_module, name, spy)
+    fetch_bound = sql.fetch_bound
+
+    def fetch_spy(*args, **kwargs):
+        called.append("fetch_bound")
+        return fetch_bound(*args, **kwargs)
+
+    monkeypatch.setattr(sql, "fetch_bound", fetch_spy)
+    return called
+
+
+@pytest.fixture
+def recorder(run, sim_pool, delivered) -> RunRecorder:
+    assert sql.can_store_in_one_statement()  # PostgreSQL: else these tests test nothing
+    worker_ids = list(sim_pool.workers.order_by("position").values_list("pk", flat=True))
+    return RunRecorder(
+        run_id=run.pk, worker_ids=worker_ids, status="queued", deliver=delivered.append
+    )
+
+
+@pytest.fixture
+def delivered() -> list[dict]:
+    return []
+
+
+def a_later_plan() -> PlanRecord:
+    """A plan the engine made and never announced (round 1): stored with the run's end."""
+    attempt = PlanAttempt(raw="accept", tokens_in=7, tokens_out=3, cost=0.002)
+    return PlanRecord(round=1, strategy="conductor", attempts=[attempt], workflow=WORKFLOW)
+
+
+def test_a_whole_run_stored_in_one_statement_per_callback_reads_as_the_general_way(
+    run, recorder, delivered, statements, django_capture_on_commit_callbacks
+):
+    records = step_records()
+    with django_capture_on_commit_callbacks(execute=True):
+        recorder.planning(0)
+        recorder.plan_created(plan_record(), records)
+        recorder.step_started(records[0])
+        recorder.step_result(finished(records[0], "80 - 30 = 50"))
+        recorder.step_started(records[1])
+        recorder.step_result(finished(records[1], "ANSWER: 50"))
+        result = RunResult(
+            status="succeeded",
+            answer="50",
+            error="",
+            plans=[plan_record(), a_later_plan()],
+            steps=records,
+            totals=Totals(tokens_in=120, tokens_out=30, cost=0.012, model_calls=3, wall_time=0.5),
+        )
+        recorder.run_finished(result, 1.0)
+
+    assert "allocate_ids" in statements and "fetch_bound" in statements
+    assert statements.count("advance_seq_storing") == 7  # every callback, the end included
+    created, ran = ["step.created"] * 2, ["step.started", "step.finished"] * 2
+    types = ["run.status", "plan.created", *created, "run.status", *ran]
+    types += ["plan.created", "run.finished"]
+    assert stored_events(run) == list(enumerate(types, start=1))
+    assert [(event["seq"], event["type"]) for event in delivered] == stored_events(run)
+    stored = RunEvent.objects.get(run=run, seq=11).data
+    assert stored == delivered[-1] and stored["totals"]["step_count"] == 2
+
+    run.refresh_from_db()
+    assert (run.status, run.answer, run.score, run.last_seq) == ("succeeded", "50", 1.0, 11)
+    assert (run.tokens_in, run.tokens_out, run.model_calls, run.step_count) == (120, 30, 3, 2)
+    assert run.started_at is not None and run.finished_at is not None
+    plans = list(Plan.objects.filter(run=run).order_by("round"))
+    assert [plan.round for plan in plans] == [0, 1]
+    assert delivered[-2]["plan"]["id"] == plans[1].pk
+    steps = list(Step.objects.filter(run=run).order_by("index"))
+    assert [(s.status, s.response) for s in steps] == [
+        ("succeeded", "80 - 30 = 50"),
+        ("succeeded", "ANSWER: 50"),
+    ]
+    assert steps[1].reads == [steps[0].pk]
+
+
+def test_the_runs_end_falls_back_to_the_general_way_when_a_step_is_still_open(
+    run, recorder, delivered, statements, monkeypatch, django_capture_on_commit_callbacks
+):
+    records = step_records()
+    with django_capture_on_commit_callbacks(execute=True):
+        recorder.plan_created(plan_record(), records)
+        recorder.step_started(records[0])
+        recorder.step_result(finished(records[0], "80 - 30 = 50"))
+        recorder.step_started(records[1])
+        recorder.step_result(finished(records[1], "ANSWER: 50"))
+    # Step 1 open again in the database, unknown to this recorder (as when another execution
+    # holds it): the one statement checks the steps, writes nothing, and the general way ends
+    # the run and closes the step.
+    Step.objects.filter(run=run, index=1).update(status=Step.Status.RUNNING)
+    seq_before = Run.objects.get(pk=run.pk).last_seq
+    refused: list[Exception] = []
+    one_statement = RunRecorder._store_finish_in_one_statement
+
+    def watched(self, *args, **kwargs):
+        try:
+            return one_statement(self, *args, **kwargs)
+        except sql.NotStoredInOneStatement as error:
+            refused.append(error)
+            raise
+
+    monkeypatch.setattr(RunRecorder, "_store_finish_in_one_statement", watched)
+    with django_capture_on_commit_callbacks(execute=True):
+        result = RunResult(
+            status="succeeded",
+            answer="50",
+            error="",
+            plans=[plan_record(), a_later_plan()],
+            steps=records,
+            totals=Totals(tokens_in=120, tokens_out=30, cost=0.012, model_calls=3, wall_time=0.5),
+        )
+        recorder.run_finished(result, 1.0)
+
+    assert len(refused) == 1
+    assert stored_events(run)[-2:] == [
+        (seq_before + 1, "plan.created"),
+        (seq_before + 2, "run.finished"),
+    ]
+    seqs = [event["seq"] for event in delivered]
+    assert seqs == list(range(1, seq_before + 3))
+    assert [(event["seq"], event["type"]) for event in delivered] == stored_events(run)
+    step = Step.objects.get(run=run, index=1)
+    assert step.status == Step.Status.CANCELLED
+    last = delivered[-1]
+    assert last["status"] == "succeeded" and last["totals"]["tokens_in"] == 120
+    assert {status: value["ids"] for status, value in last["closed_steps"].items()} == {
+        "cancelled": [step.pk]
+    }
+    run.refresh_from_db()
+    assert (run.status, run.last_seq, run.tokens_in) == ("succeeded", seq_before + 2, 120)
+    assert list(Plan.objects.filter(run=run).order_by("round").values_list("round", flat=True)) == [
+        0,
+        1,
+    ]
