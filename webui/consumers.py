@@ -11,6 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from orchestrator import delivery, events, selectors
@@ -206,17 +207,21 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels closes stale database connections before every message: a hop to the
-        socket's database thread and back. A run's events touch no database, and each event of
-        a run watched by a hundred sockets is a hundred such messages (in the process executing
-        the run, all duplicates of what the sender already wrote): they go straight to their
-        handlers."""
+        shared thread and back. A run's events touch no database, and each event of a run
+        watched by a hundred sockets is a hundred such messages (in the process executing the
+        run, all duplicates of what the sender already wrote): they go straight to their
+        handlers. So do the others (opening, closing): this consumer reads the database only
+        through ``socket_access.in_database_thread``, which closes its connections itself."""
         kind = message.get("type")
         if kind == events.LAYER_MESSAGE_TYPE:
             await self.run_event(message)
         elif kind == events.LAYER_BATCH_TYPE:
             await self.run_events(message)
         else:
-            await super().dispatch(message)
+            handler = getattr(self, get_handler_name(message), None)
+            if handler is None:
+                raise ValueError(f"No handler for message type {kind}")
+            await handler(message)
 
     async def run_event(self, message: dict[str, Any]) -> None:
         """A live event from the run's group (layer message type ``run.event``)."""
