@@ -496,25 +496,14 @@ def _step_attempts(attempt_log) -> list[dict[str, typing.Any]]:
 
 
 def _step_with_response(step, when) -> dict[str, typing.Any]:
+    """The live step (``wire.step_data``, its fields in its order), with what the declared
+    fields write their own way (numbers, defaults of stored attempts, times), and the response."""
     return {
-        "id": step.pk,
-        "round": step.round,
-        "index": step.index,
-        "worker": step.worker_name,
-        "worker_index": step.worker_index,
-        "model": step.model,
-        "instruction": step.instruction,
-        "access": step.access,
+        **wire.step_data(step),
         "reads": _or_none(step.reads, lambda reads: [_or_none(r, int) for r in reads]),
-        "status": step.status,
-        "tokens_in": step.tokens_in,
-        "tokens_out": step.tokens_out,
         "cost": float(step.cost),
         "latency": _or_none(step.latency, float),
-        "attempts": step.attempts,
-        "error": step.error,
         "attempt_log": _or_none(step.attempt_log, _step_attempts),
-        "reused_from": step.reused_from_id,
         "started_at": _or_none(step.started_at, when),
         "finished_at": _or_none(step.finished_at, when),
         "response": step.response,
