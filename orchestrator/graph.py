@@ -26,8 +26,6 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-import networkx as nx
-
 if TYPE_CHECKING:  # the shapes only: the layout itself needs no Django
     from orchestrator.wire import Graph, GraphStep, Plan
 
@@ -203,6 +201,10 @@ def _generations(steps: Sequence[Mapping[str, Any]], ids: list[Any]) -> list[lis
 
 
 def _generations_by_networkx(steps: Sequence[Mapping[str, Any]], ids: list[Any]) -> list[list[Any]]:
+    # Loaded here, for the rare round no valid workflow gives: networkx scans the installed
+    # packages' entry points as it loads, which holds the interpreter for most of a second.
+    import networkx as nx
+
     in_round = set(ids)
     dag = nx.DiGraph()
     dag.add_nodes_from(ids)

@@ -37,11 +37,6 @@ from webui.startup import with_server_startup
 
 application = with_server_startup(application)
 
-# The run graph's module (networkx, which scans the installed packages' entry points as it
-# loads) is loaded now, not by the first graph request, which otherwise holds the interpreter
-# for most of a second while every other request and socket waits.
-import orchestrator.graph  # noqa: E402, F401
-
 # What is loaded by now (Django, the apps, the libraries: over 100,000 objects) lives as long as
 # the process. Kept out of the collector's sight, it is not walked again by every full
 # collection, which otherwise pauses the loop, and every socket's live events with it, for tens

@@ -13,6 +13,7 @@ from orchestrator.graph import (
     NODE_WIDTH,
     build_graph,
     short_instruction,
+    step_node_id,
 )
 
 
@@ -220,3 +221,19 @@ def test_five_thousand_steps_lay_out(shape):
     assert len(steps) == 5000
     graph = build_graph(plans=plans, steps=steps)
     assert len([n for n in graph["nodes"] if n["kind"] == "step"]) == 5000
+
+
+def test_a_round_no_valid_workflow_gives_is_still_drawn():
+    """A read of a later step (layered through networkx) and a cycle (one column): every step
+    gets a place of its own, and no read edge is lost."""
+    plans, steps = make_run([[[], [], [0]], [[], [0], [1]]])
+    steps[1]["reads"] = [steps[2]["id"]]  # round 0: the second step reads the third
+    steps[3]["reads"] = [steps[5]["id"]]  # round 1: a cycle through all three
+    graph = build_graph(plans=plans, steps=steps)
+    nodes = by_id(graph)
+    node = [nodes[step_node_id(step["id"])] for step in steps]
+    assert len({(n["x"], n["y"]) for n in node}) == len(steps)
+    read_edges = [e for e in graph["edges"] if e["kind"] == "reads"]
+    assert len(read_edges) == sum(len(s["reads"]) for s in steps)
+    assert node[0]["x"] < node[2]["x"] < node[1]["x"]  # layered by what each reads
+    assert len({n["x"] for n in node[3:]}) == 1  # a cycle: one column
