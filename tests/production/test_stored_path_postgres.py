@@ -71,6 +71,18 @@ def a_later_plan() -> PlanRecord:
     return PlanRecord(round=1, strategy="conductor", attempts=[attempt], workflow=WORKFLOW)
 
 
+def succeeded(records) -> RunResult:
+    """The run's result: both steps done, a second round's plan accepting the answer."""
+    return RunResult(
+        status="succeeded",
+        answer="50",
+        error="",
+        plans=[plan_record(), a_later_plan()],
+        steps=records,
+        totals=Totals(tokens_in=120, tokens_out=30, cost=0.012, model_calls=3, wall_time=0.5),
+    )
+
+
 def test_a_whole_run_stored_in_one_statement_per_callback_reads_as_the_general_way(
     run, recorder, delivered, statements, django_capture_on_commit_callbacks
 ):
@@ -82,14 +94,7 @@ def test_a_whole_run_stored_in_one_statement_per_callback_reads_as_the_general_w
         recorder.step_result(finished(records[0], "80 - 30 = 50"))
         recorder.step_started(records[1])
         recorder.step_result(finished(records[1], "ANSWER: 50"))
-        result = RunResult(
-            status="succeeded",
-            answer="50",
-            error="",
-            plans=[plan_record(), a_later_plan()],
-            steps=records,
-            totals=Totals(tokens_in=120, tokens_out=30, cost=0.012, model_calls=3, wall_time=0.5),
-        )
+        result = succeeded(records)
         recorder.run_finished(result, 1.0)
 
     assert "allocate_ids" in statements and "fetch_bound" in statements
@@ -144,14 +149,7 @@ def test_the_runs_end_falls_back_to_the_general_way_when_a_step_is_still_open(
 
     monkeypatch.setattr(RunRecorder, "_store_finish_in_one_statement", watched)
     with django_capture_on_commit_callbacks(execute=True):
-        result = RunResult(
-            status="succeeded",
-            answer="50",
-            error="",
-            plans=[plan_record(), a_later_plan()],
-            steps=records,
-            totals=Totals(tokens_in=120, tokens_out=30, cost=0.012, model_calls=3, wall_time=0.5),
-        )
+        result = succeeded(records)
         recorder.run_finished(result, 1.0)
 
     assert len(refused) == 1

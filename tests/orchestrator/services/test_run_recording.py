@@ -211,37 +211,45 @@ def test_run_finished_closes_the_steps_still_open(
     assert closed == {"cancelled": [steps[0]], "skipped": [steps[1]]}
 
 
-@pytest.mark.django_db(transaction=True)
-async def test_the_observer_sends_events_while_the_run_goes_on_without_waiting_for_its_end(
-    sim_pool, sent_events, async_db_connections_closed
-):
-    import asyncio
-
+async def observer_for(sim_pool) -> tuple[Run, RecordingObserver]:
+    """A new run of the pool and its observer, made from the event loop."""
     from asgiref.sync import sync_to_async
 
     run = await sync_to_async(make_run)(pool=sim_pool)
     worker_ids = await sync_to_async(
         lambda: list(sim_pool.workers.order_by("position").values_list("pk", flat=True))
     )()
-    observer = RecordingObserver(run_id=run.pk, worker_ids=worker_ids)
+    return run, RecordingObserver(run_id=run.pk, worker_ids=worker_ids)
+
+
+async def until_sent(sent_events: list, count: int) -> None:
+    """Wait (2 s at most) until ``count`` events have reached the channel layer."""
+    import asyncio
+
+    for _ in range(200):
+        if len(sent_events) >= count:
+            return
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_observer_sends_events_while_the_run_goes_on_without_waiting_for_its_end(
+    sim_pool, sent_events, async_db_connections_closed
+):
+    _, observer = await observer_for(sim_pool)
     records = step_records()
 
     await observer.planning(0)
     await observer.plan_created(plan_record(), records)
     await observer.step_started(records[0])
-    for _ in range(200):  # the run is waiting for its first step's model: nobody flushes
-        if len(sent_events) == 6:
-            break
-        await asyncio.sleep(0.01)
+    # The run is waiting for its first step's model: nobody flushes.
+    await until_sent(sent_events, 6)
 
     assert [e["type"] for e in sent_events] == [
         "run.status", "plan.created", "step.created", "step.created", "run.status", "step.started",
     ]  # fmt: skip
     await observer.step_finished(finished(records[0], "50"))
-    for _ in range(200):
-        if len(sent_events) == 7:
-            break
-        await asyncio.sleep(0.01)
+    await until_sent(sent_events, 7)
     assert [e["seq"] for e in sent_events] == list(range(1, 8))
     await observer.flush()
 
@@ -250,13 +258,7 @@ async def test_the_observer_sends_events_while_the_run_goes_on_without_waiting_f
 async def test_the_observer_sends_each_callbacks_events_after_its_commit_in_order(
     sim_pool, sent_events, async_db_connections_closed
 ):
-    from asgiref.sync import sync_to_async
-
-    run = await sync_to_async(make_run)(pool=sim_pool)
-    worker_ids = await sync_to_async(
-        lambda: list(sim_pool.workers.order_by("position").values_list("pk", flat=True))
-    )()
-    observer = RecordingObserver(run_id=run.pk, worker_ids=worker_ids)
+    run, observer = await observer_for(sim_pool)
     records = step_records()
 
     await observer.planning(0)
@@ -274,5 +276,7 @@ async def test_the_observer_sends_each_callbacks_events_after_its_commit_in_orde
     assert [e["seq"] for e in sent_events] == list(range(1, 10))
     assert [e["type"] for e in sent_events][-2:] == ["step.started", "step.failed"]
     assert sent_events[-1]["step"]["error"] == "timed out"
+    from asgiref.sync import sync_to_async
+
     stored = await sync_to_async(stored_events)(run)
     assert [(e["seq"], e["type"]) for e in sent_events] == stored
