@@ -10,11 +10,13 @@ runs beside the execution: the next callback's transaction does not wait for the
 to take the previous callback's events (a send that failed is raised at the next callback, as
 it was raised by that one before); the run's last callback waits until all are sent.
 
-The sender starts ``SEND_WINDOW_SECONDS`` after the first event it will send has committed, so
-the events of callbacks that follow each other closely (a plan and its steps starting, parallel
-steps finishing, the last step and the run's end) go in one channel-layer message: a group send
-costs several Redis round trips whatever it carries. A live client sees each event at most that
-much later; ``flush`` (the run's end) sends at once.
+The sender starts as soon as a callback has committed, and takes whatever has committed by then
+in one channel-layer message. ``SEND_WINDOW_SECONDS`` can hold it back for the events of the
+callbacks that follow (one message for several: a group send costs several Redis round trips
+whatever it carries), but it is 0: a cancel commits its ``run.finished`` on another thread and
+sends it at once, and events held back meanwhile would reach clients after it (the page then
+resyncs). Measured at load 6-11, a 3 ms window halved the sends per run on SQLite and merged
+few on PostgreSQL, with no measurable change in the time per step.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from orchestrator.models import Step
 from orchestrator.services.grading import grade_answer
 from orchestrator.services.recorder import RunRecorder
 
-# How long committed events wait for those of the next callbacks before they are sent together.
-SEND_WINDOW_SECONDS = 0.003
+# How long committed events wait for those of the next callbacks before they are sent together
+# (0: not at all; see the module's docstring).
+SEND_WINDOW_SECONDS = 0.0
 
 
 class RecordingObserver:
@@ -99,7 +102,7 @@ class RecordingObserver:
             self._send_timer = None
         if not self._outbox or (self._sender is not None and not self._sender.done()):
             return
-        if not at_once:
+        if not at_once and SEND_WINDOW_SECONDS > 0:
             if self._send_timer is None:
                 self._send_timer = asyncio.get_running_loop().call_later(
                     SEND_WINDOW_SECONDS, self._start_sending
