@@ -14,8 +14,13 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def experiment_server(tmp_path_factory, _browser_available) -> LiveServer:
-    """A server of its own: the experiment's runs stay out of other tests' run lists."""
-    server = start_live_server(tmp_path_factory.mktemp("experiment-server"))
+    """A server of its own: the experiment's runs stay out of other tests' run lists. Its
+    simulated calls take ten times the other servers' latency, so the 24 runs last several of
+    the page's one-second polls and the bar is seen between its ends however fast storing is."""
+    server = start_live_server(
+        tmp_path_factory.mktemp("experiment-server"),
+        extra_env={"CONDUCTOR_SIM_LATENCY_SCALE": "0.5"},
+    )
     yield server
     server.stop()
 
