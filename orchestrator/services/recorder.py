@@ -331,6 +331,27 @@ class RunRecorder:
 
     # Callbacks ----------------------------------------------------------------------------------
 
+    def record(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
+        """Store callbacks (``(method name, arguments)``) in order, stopping at the first that
+        raises (it raises). Several on SQLite share one transaction, each callback in a savepoint
+        of its own: those before the one that raised are kept, and the commit (the disk's wait)
+        is paid once. On PostgreSQL a callback is one statement of its own in autocommit where it
+        can be (a transaction around several would add its BEGIN and COMMIT round trips)."""
+        if len(calls) == 1 or can_store_in_one_statement():
+            for name, args in calls:
+                getattr(self, name)(*args)
+            return
+        failure: Exception | None = None
+        with transaction.atomic():
+            for name, args in calls:
+                try:
+                    getattr(self, name)(*args)
+                except Exception as error:  # noqa: BLE001 (raised once the others are kept)
+                    failure = error
+                    break
+        if failure is not None:
+            raise failure
+
     def planning(self, round: int) -> None:
         """The strategy is about to write the workflow of ``round``."""
         if can_store_in_one_statement() and self.status is not None:

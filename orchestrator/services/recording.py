@@ -1,14 +1,27 @@
 """The observer the engine calls as a run executes: an async adapter over ``RunRecorder``.
 
-Each engine callback becomes one short transaction in a sync method of ``RunRecorder``
-(``services/recorder.py``), called through ``sync_to_async`` (thread-sensitive: a run's writes
-never race each other in a process). No model call ever happens inside these transactions: the
-engine calls models between callbacks. Events are stored in the same transaction as the change
-they announce; once it commits they are queued, and the observer sends them from the event loop
-in seq order (one sender at a time, so a slow channel layer never reorders them). The sender
-runs beside the execution: the next callback's transaction does not wait for the channel layer
-to take the previous callback's events (a send that failed is raised at the next callback, as
-it was raised by that one before); the run's last callback waits until all are sent.
+Callbacks are stored by the sync methods of ``RunRecorder`` (``services/recorder.py``), called
+through ``sync_to_async`` (thread-sensitive: a run's writes never race each other in a process).
+No model call ever happens inside these transactions: the engine calls models between callbacks.
+
+With ``write_behind`` (how ``run_execute_async`` executes a run when nothing else listens to
+it), a callback is taken, not waited for: one writer task stores the callbacks in the order they
+came, and whatever has come while it stored the last ones is stored together in one hop to the
+database thread (on SQLite in one transaction, each callback in a savepoint of its own). A model
+call takes far longer than storing, so a live run's callbacks are each stored as they come; only
+callbacks that come faster than they can be stored wait for one another, and then they cost one
+hop and one commit between them instead of one each. What storing raised (the run was cancelled
+or finished elsewhere, taken over, a database error) is raised by the next callback, and the
+execution is stopped at once through ``stop`` (its task is cancelled, a model call in flight
+with it); the run's last callback waits until everything is stored. Without ``write_behind``
+each callback waits for its own transaction (an observer that must hear a callback only once it
+is stored, as the CLI's, runs that way).
+
+Events are stored in the same transaction as the change they announce; once it commits they are
+queued, and the observer sends them from the event loop in seq order (one sender at a time, so a
+slow channel layer never reorders them). The sender runs beside the execution: storing the next
+callbacks does not wait for the channel layer to take the previous ones' events (a send that
+failed is raised at the next callback); the run's last callback waits until all are sent.
 
 The sender starts as soon as a callback has committed, and takes whatever has committed by then
 in one channel-layer message. ``SEND_WINDOW_SECONDS`` can hold it back for the events of the
@@ -22,8 +35,9 @@ few on PostgreSQL, with no measurable change in the time per step.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -60,9 +74,21 @@ class RecordingObserver:
         totals: dict[str, Any] | None = None,
         status: str | None = None,
         fence: int | None = None,
+        write_behind: bool = False,
     ) -> None:
         self.reference = reference
         self.grader = grader
+        self.write_behind = write_behind
+        # Called (on the loop) when storing a callback raised: the owner stops the execution.
+        self.stop: Callable[[], None] | None = None
+        # What storing raised, raised again by every callback after it (nothing more is stored).
+        self.stopped_by: BaseException | None = None
+        # Callbacks taken and not stored yet, in order; how many were taken and stored so far.
+        self._pending: list[tuple[str, tuple[Any, ...]]] = []
+        self._taken = 0
+        self._stored = 0
+        self._writer: asyncio.Task[None] | None = None
+        self._stored_waiters: list[tuple[int, asyncio.Future[None]]] = []
         # Filled in commit order by the recorder's thread, drained in order on the loop.
         self._outbox: deque[dict[str, Any]] = deque()
         self._sender: asyncio.Task[None] | None = None
@@ -78,20 +104,72 @@ class RecordingObserver:
             deliver=self._outbox.append,
             fence=fence,
         )
-        # Built once: each callback's hop to the database thread costs less without it.
-        store = self.recorder
-        self._planning = sync_to_async(store.planning)
-        self._plan_created = sync_to_async(store.plan_created)
-        self._step_started = sync_to_async(store.step_started)
-        self._step_result = sync_to_async(store.step_result)
-        self._run_finished = sync_to_async(store.run_finished)
+        # Built once: each hop to the database thread costs less without it.
+        self._record = sync_to_async(self.recorder.record)
 
-    async def _call(self, method: Any, *args: Any) -> None:
+    async def _call(self, name: str, *args: Any) -> None:
+        if self.stopped_by is not None:
+            raise self.stopped_by
         self._raise_send_error()
-        try:
-            await method(*args)
-        finally:
-            self._start_sending(at_once=False)
+        if not self.write_behind:
+            try:
+                await self._record([(name, args)])
+            finally:
+                self._start_sending(at_once=False)
+            return
+        self._pending.append((name, args))
+        self._taken += 1
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write())
+
+    async def _write(self) -> None:
+        """Store the callbacks taken, in order, whatever has come meanwhile in one hop; on an
+        error, keep it, drop the rest (nothing more is stored) and have the execution stopped."""
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await self._record(batch)
+            except BaseException as error:  # noqa: BLE001 (raised by the next callback)
+                self.stopped_by = error
+                self._pending.clear()
+                self._stored = self._taken
+                if self.stop is not None:
+                    self.stop()
+                return
+            finally:
+                self._start_sending(at_once=False)
+                self._wake_stored(len(batch))
+
+    def _wake_stored(self, count: int) -> None:
+        self._stored = min(self._taken, self._stored + count)
+        waiting = []
+        for through, future in self._stored_waiters:
+            if through <= self._stored or self.stopped_by is not None:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                waiting.append((through, future))
+        self._stored_waiters = waiting
+
+    async def stored_through(self, count: int) -> None:
+        """Wait until the first ``count`` callbacks taken are stored (or storing stopped)."""
+        if count <= self._stored or self.stopped_by is not None:
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._stored_waiters.append((count, future))
+        await future
+
+    @property
+    def taken(self) -> int:
+        """How many callbacks this observer has taken (stored, or to be stored in order)."""
+        return self._taken
+
+    async def written(self) -> None:
+        """Wait until every callback taken is stored; raise what storing raised."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+        if self.stopped_by is not None:
+            raise self.stopped_by
 
     def _start_sending(self, *, at_once: bool = True) -> None:
         """Have the committed events sent, in order, by the one sender task (on this loop):
@@ -127,27 +205,33 @@ class RecordingObserver:
             raise error
 
     async def flush(self) -> None:
-        """Send every committed event not sent yet, in seq order; raise if a send failed."""
+        """Wait until the callbacks taken are stored (what storing raised is not raised here),
+        then send every committed event not sent yet, in seq order; raise if a send failed."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
         self._start_sending()
         while self._sender is not None and not self._sender.done():
             await asyncio.shield(self._sender)
             self._start_sending()
         self._raise_send_error()
 
+    # The engine's records are changed by the engine after a callback returns (a step's status,
+    # response, attempts): a callback stored later stores them as they were when it came.
+
     async def planning(self, round: int) -> None:
-        await self._call(self._planning, round)
+        await self._call("planning", round)
 
     async def plan_created(self, plan: PlanRecord, steps: Sequence[StepRecord]) -> None:
-        await self._call(self._plan_created, plan, list(steps))
+        await self._call("plan_created", plan, [copy.copy(step) for step in steps])
 
     async def step_started(self, step: StepRecord) -> None:
-        await self._call(self._step_started, step)
+        await self._call("step_started", copy.copy(step))
 
     async def step_finished(self, step: StepRecord) -> None:
-        await self._call(self._step_result, step)
+        await self._call("step_result", copy.copy(step))
 
     async def step_failed(self, step: StepRecord) -> None:
-        await self._call(self._step_result, step)
+        await self._call("step_result", copy.copy(step))
 
     async def run_finished(self, result: RunResult) -> None:
         score, grading_error = None, ""
@@ -160,6 +244,7 @@ class RecordingObserver:
             except GradingUnavailable as error:
                 grading_error = f"Not graded: {error}"
         try:
-            await self._call(self._run_finished, result, score, grading_error, self.grader)
+            await self._call("run_finished", result, score, grading_error, self.grader)
+            await self.written()
         finally:
             await self.flush()

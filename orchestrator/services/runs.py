@@ -337,8 +337,11 @@ async def run_execute_async(
             totals=execution.totals(),
             status=run.status,
             fence=claim.fence,
+            # An observer of the caller's hears each callback once it is stored.
+            write_behind=observer is None,
         )
-        await execute_run(
+        await _execute_recorded(
+            recorder,
             question=run.input,
             strategy=strategy,
             workers=workers,
@@ -386,6 +389,24 @@ async def run_execute_async(
         run_claim_forget(claim=claim)
     else:
         await sync_to_async(run_claim_release)(claim=claim)
+
+
+async def _execute_recorded(recorder: RecordingObserver, **arguments: Any) -> None:
+    """``execute_run``, stopped at once if storing one of its callbacks raises (the run was
+    cancelled or finished elsewhere, taken over, the database failed): the recorder cancels this
+    task, model calls in flight with it, and the error is raised here as if the callback had
+    raised it. A cancel from elsewhere (``run_stop_inline``) stays a cancel."""
+    task = asyncio.current_task()
+    assert task is not None
+    recorder.stop = task.cancel
+    try:
+        await execute_run(**arguments)
+    except asyncio.CancelledError:
+        if recorder.stopped_by is None or task.uncancel() > 0:
+            raise
+        raise recorder.stopped_by from None
+    finally:
+        recorder.stop = None
 
 
 async def _flush_quietly(recorder: RecordingObserver) -> None:

@@ -103,6 +103,48 @@ async def test_a_run_cancelled_mid_step_closes_every_step_and_says_nothing_after
     assert run.last_seq == finished["seq"] and run.tokens_in == 0
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("async_db_connections_closed")
+async def test_a_cancel_found_while_storing_stops_the_model_call_in_flight(
+    sim_pool, call_log, sent_events, monkeypatch
+):
+    """Executed with nothing else listening, a step's start is stored while its model call is
+    already under way; when storing finds the run cancelled, that call is stopped at once."""
+    import asyncio
+
+    from orchestrator.models import Worker
+    from orchestrator.services.recorder import RunRecorder
+    from orchestrator.services.runs import _cancel
+
+    # Every worker answers in 60 s.
+    for worker in await sync_to_async(list)(Worker.objects.filter(pool=sim_pool)):
+        worker.params = {**worker.params, "latency": 60}
+        await worker.asave(update_fields=["params"])
+    run = await sync_to_async(run_create)(
+        pool=sim_pool, input=QUESTION, strategy="single", enqueue=False
+    )
+    store_start = RunRecorder.step_started
+
+    def cancelled_first(recorder, record):
+        _cancel(recorder.run_id)  # as a person would, just before the start is stored
+        return store_start(recorder, record)
+
+    monkeypatch.setattr(RunRecorder, "step_started", cancelled_first)
+
+    await asyncio.wait_for(run_execute_async(run_id=run.pk), timeout=30)
+
+    await run.arefresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert len(call_log.calls) == 1  # the step's, stopped in flight (else 60 s)
+    assert [s async for s in Step.objects.filter(run=run).values_list("status", flat=True)] == [
+        "skipped"
+    ]
+    stored = await sync_to_async(stored_events)(run)
+    assert stored[-1]["type"] == "run.finished" and stored[-1]["status"] == "cancelled"
+    assert sent_events == stored
+    assert not any(e["type"] == "step.started" for e in stored)
+
+
 def test_a_run_cancelled_before_it_starts_skips_its_steps(sim_pool, sent_events):
     run = run_create(pool=sim_pool, input=QUESTION, strategy="moa", enqueue=False)
     make_step(run=run, index=0)

@@ -211,15 +211,15 @@ def test_run_finished_closes_the_steps_still_open(
     assert closed == {"cancelled": [steps[0]], "skipped": [steps[1]]}
 
 
-async def observer_for(sim_pool) -> tuple[Run, RecordingObserver]:
-    """A new run of the pool and its observer, made from the event loop."""
+async def observer_for(sim_pool, **kwargs) -> tuple[Run, RecordingObserver]:
+    """A new run of the pool and its observer (``kwargs`` its options), made from the loop."""
     from asgiref.sync import sync_to_async
 
     run = await sync_to_async(make_run)(pool=sim_pool)
     worker_ids = await sync_to_async(
         lambda: list(sim_pool.workers.order_by("position").values_list("pk", flat=True))
     )()
-    return run, RecordingObserver(run_id=run.pk, worker_ids=worker_ids)
+    return run, RecordingObserver(run_id=run.pk, worker_ids=worker_ids, **kwargs)
 
 
 async def until_sent(sent_events: list, count: int) -> None:
@@ -280,3 +280,95 @@ async def test_the_observer_sends_each_callbacks_events_after_its_commit_in_orde
 
     stored = await sync_to_async(stored_events)(run)
     assert [(e["seq"], e["type"]) for e in sent_events] == stored
+
+
+def test_callbacks_stored_together_keep_those_before_the_one_that_raises(
+    run, delivered, recorder_for, django_capture_on_commit_callbacks
+):
+    recorder, records = recorder_for(status=run.status), step_records()
+    stray = StepRecord(
+        round=0, index=7, spec=StepSpec(0, "no such step", ()), worker_name="w0", model="sim/w0",
+        reads=(),
+    )  # fmt: skip
+
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(Step.DoesNotExist):
+        recorder.record(
+            [
+                ("planning", (0,)),
+                ("plan_created", (plan_record(), records)),
+                ("step_started", (stray,)),
+                ("step_started", (records[0],)),  # after the one that raised: not stored
+            ]
+        )
+
+    types = ["run.status", "plan.created", "step.created", "step.created"]
+    assert stored_events(run) == list(enumerate(types, start=1))
+    assert [(event["seq"], event["type"]) for event in delivered] == stored_events(run)
+    run.refresh_from_db()
+    assert (run.status, run.last_seq) == ("planning", 4)
+    assert set(Step.objects.filter(run=run).values_list("status", flat=True)) == {"pending"}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_with_write_behind_callbacks_taken_together_are_stored_together_in_order(
+    sim_pool, sent_events, async_db_connections_closed, monkeypatch
+):
+    from asgiref.sync import sync_to_async
+
+    run, observer = await observer_for(sim_pool, write_behind=True)
+    hops: list[list[str]] = []
+    record = observer.recorder.record
+
+    def counting(calls):
+        hops.append([name for name, _ in calls])
+        return record(calls)
+
+    monkeypatch.setattr(observer, "_record", sync_to_async(counting))
+    records = step_records()
+
+    # None of these waits for the database: they are taken while nothing is being stored.
+    await observer.planning(0)
+    await observer.plan_created(plan_record(), records)
+    await observer.step_started(records[0])
+    await observer.step_finished(finished(records[0], "50"))
+    assert observer.taken == 4 and sent_events == []
+    # The engine changes its record after the callback: what was taken is what is stored.
+    records[0].response = "changed afterwards"
+    await observer.written()
+    await observer.flush()
+
+    assert hops == [["planning", "plan_created", "step_started", "step_result"]]
+    types = ["run.status", "plan.created", "step.created", "step.created", "run.status"]
+    types += ["step.started", "step.finished"]
+    stored = await sync_to_async(stored_events)(run)
+    assert stored == list(enumerate(types, start=1))
+    assert [(e["seq"], e["type"]) for e in sent_events] == stored
+    response = await Step.objects.filter(run=run, index=0).values_list("response", flat=True).aget()
+    assert response == "50"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_with_write_behind_a_refused_callback_is_raised_by_the_next_and_stops_the_owner(
+    sim_pool, sent_events, async_db_connections_closed
+):
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    run, observer = await observer_for(sim_pool, write_behind=True)
+    stopped: list[bool] = []
+    observer.stop = lambda: stopped.append(True)
+    await observer.planning(0)
+    await observer.written()
+    await sync_to_async(Run.objects.filter(pk=run.pk).update)(status=Run.Status.CANCELLED)
+
+    await observer.plan_created(plan_record(), step_records())  # taken; refused when stored
+    await asyncio.wait_for(observer.flush(), 5)
+
+    assert stopped == [True]
+    with pytest.raises(RunCancelled):
+        await observer.step_started(step_records()[0])
+    with pytest.raises(RunCancelled):
+        await observer.written()
+    assert await sync_to_async(stored_events)(run) == [(1, "run.status")]
+    assert not await Step.objects.filter(run=run).aexists()
