@@ -2,7 +2,8 @@
 
 - ``runs``: ``run_create``, ``run_execute``, ``run_execute_async``, ``run_cancel``.
 - ``recording``: ``RecordingObserver``, the engine's observer: each callback stored by
-  ``recorder.RunRecorder`` (one transaction), its events sent in order after the commit.
+  ``recorder.RunRecorder`` (one transaction per callback, or per several taken together), its
+  events sent in order after the commit.
 - ``ending``: ``run_fail`` and closing a run's open steps, whatever ends it.
 - ``grading``: grading a final answer, and whether code can be graded here.
 - ``execution``: ``run_enqueue`` (inline on the server's loop, or the Celery task sent by name).

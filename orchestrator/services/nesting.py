@@ -15,8 +15,7 @@ class CallingStepObserver(NullObserver):
 
     The scheduler awaits ``step_started`` in the step's own task, right before it calls the
     worker, so the value holds for that call and no other step's. Placed after the recorder,
-    which has taken the step's start by then; the step's row may still be on its way to the
-    database (write-behind), and is waited for.
+    which has stored the step's row by then.
     """
 
     def __init__(self, recorder: RecordingObserver) -> None:
@@ -29,9 +28,5 @@ class CallingStepObserver(NullObserver):
         calling_step.set(None)
 
     async def step_started(self, step: StepRecord) -> None:
-        # Called right after the recorder took the step's start: with write-behind, the step's
-        # row may still be on its way; wait for what came before it (its plan, committed), not
-        # for the start itself. No wait when that is stored already.
-        await self.recorder.stored_through(self.recorder.taken - 1)
         row = self.recorder.recorder.steps.get(step.key)
-        calling_step.set(row.pk if row is not None and not row._state.adding else None)
+        calling_step.set(row.pk if row is not None else None)

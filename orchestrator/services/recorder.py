@@ -1,4 +1,5 @@
-"""Storing a run as it executes: one short transaction per engine callback.
+"""Storing a run as it executes: one short transaction per engine callback (on SQLite, one for
+several callbacks taken together, each in a savepoint: ``RunRecorder.record``).
 
 ``RunRecorder`` is synchronous (the async adapter that the engine calls is
 ``services/recording.py``). It keeps what it wrote (step rows, stored plan rounds, totals, the
@@ -334,9 +335,12 @@ class RunRecorder:
     def record(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
         """Store callbacks (``(method name, arguments)``) in order, stopping at the first that
         raises (it raises). Several on SQLite share one transaction, each callback in a savepoint
-        of its own: those before the one that raised are kept, and the commit (the disk's wait)
-        is paid once. On PostgreSQL a callback is one statement of its own in autocommit where it
-        can be (a transaction around several would add its BEGIN and COMMIT round trips)."""
+        of its own: when one raises, its own writes are undone and those before it commit (unless
+        the commit itself fails, or the database rolled the whole transaction back, as SQLite
+        does when the disk is full: then none is kept and the execution stops with the error;
+        a retry reloads the run from what is stored). The commit is paid once. On PostgreSQL a
+        callback is one statement of its own in autocommit where it can be (a transaction
+        around several would add its BEGIN and COMMIT round trips)."""
         if len(calls) == 1 or can_store_in_one_statement():
             for name, args in calls:
                 getattr(self, name)(*args)

@@ -10,12 +10,17 @@ came, and whatever has come while it stored the last ones is stored together in 
 database thread (on SQLite in one transaction, each callback in a savepoint of its own). A model
 call takes far longer than storing, so a live run's callbacks are each stored as they come; only
 callbacks that come faster than they can be stored wait for one another, and then they cost one
-hop and one commit between them instead of one each. What storing raised (the run was cancelled
-or finished elsewhere, taken over, a database error) is raised by the next callback, and the
-execution is stopped at once through ``stop`` (its task is cancelled, a model call in flight
-with it); the run's last callback waits until everything is stored. Without ``write_behind``
-each callback waits for its own transaction (an observer that must hear a callback only once it
-is stored, as the CLI's, runs that way).
+hop and one commit between them instead of one each. A step's start is waited for (with what
+came before it), as its model is called when it returns: a step whose model was called is never
+recorded as not run, and no model is called for a step once storing found the run cancelled or
+taken over.
+
+What storing raised (the run was cancelled or finished elsewhere, taken over, a database error)
+is raised by the next callback, and the execution is stopped at once through ``stop`` (its task
+is cancelled, a model call in flight with it, such as the conductor's); the run's last callback
+waits until everything is stored. Without ``write_behind`` each callback waits for its own
+transaction (an observer that must hear a callback only once it is stored, as the CLI's, runs
+that way).
 
 Events are stored in the same transaction as the change they announce; once it commits they are
 queued, and the observer sends them from the event loop in seq order (one sender at a time, so a
@@ -35,6 +40,7 @@ few on PostgreSQL, with no measurable change in the time per step.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -49,6 +55,10 @@ from orchestrator.models import Step
 from orchestrator.services.grading import grade_answer
 from orchestrator.services.recorder import RunRecorder
 
+# How long a callback taken while nothing is being stored waits for the callbacks that follow
+# it, to be stored with them in one hop (a wait for a step's start, or for the run's end, starts
+# storing at once): the engine, between two model calls, makes its next callbacks in far less.
+WRITE_WINDOW_SECONDS = 0.002
 # How long committed events wait for those of the next callbacks before they are sent together
 # (0: not at all; see the module's docstring).
 SEND_WINDOW_SECONDS = 0.0
@@ -88,6 +98,7 @@ class RecordingObserver:
         self._taken = 0
         self._stored = 0
         self._writer: asyncio.Task[None] | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
         self._stored_waiters: list[tuple[int, asyncio.Future[None]]] = []
         # Filled in commit order by the recorder's thread, drained in order on the loop.
         self._outbox: deque[dict[str, Any]] = deque()
@@ -119,7 +130,18 @@ class RecordingObserver:
             return
         self._pending.append((name, args))
         self._taken += 1
-        if self._writer is None or self._writer.done():
+        if self._write_timer is None and (self._writer is None or self._writer.done()):
+            self._write_timer = asyncio.get_running_loop().call_later(
+                WRITE_WINDOW_SECONDS, self._start_writing
+            )
+
+    def _start_writing(self) -> None:
+        """Have the writer task store what was taken, now (a writer already running stores it
+        when it is done with its batch)."""
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+        if self._pending and (self._writer is None or self._writer.done()):
             self._writer = asyncio.get_running_loop().create_task(self._write())
 
     async def _write(self) -> None:
@@ -155,6 +177,7 @@ class RecordingObserver:
         """Wait until the first ``count`` callbacks taken are stored (or storing stopped)."""
         if count <= self._stored or self.stopped_by is not None:
             return
+        self._start_writing()
         future = asyncio.get_running_loop().create_future()
         self._stored_waiters.append((count, future))
         await future
@@ -166,6 +189,7 @@ class RecordingObserver:
 
     async def written(self) -> None:
         """Wait until every callback taken is stored; raise what storing raised."""
+        self._start_writing()
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
         if self.stopped_by is not None:
@@ -207,6 +231,7 @@ class RecordingObserver:
     async def flush(self) -> None:
         """Wait until the callbacks taken are stored (what storing raised is not raised here),
         then send every committed event not sent yet, in seq order; raise if a send failed."""
+        self._start_writing()
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
         self._start_sending()
@@ -226,6 +251,13 @@ class RecordingObserver:
 
     async def step_started(self, step: StepRecord) -> None:
         await self._call("step_started", copy.copy(step))
+        if self.write_behind:
+            # A step's start is stored before its model is called (the engine calls it when
+            # this returns): a step sent to its model is never recorded as never run, and an
+            # execution cancelled or taken over meanwhile makes no call.
+            await self.stored_through(self._taken)
+            if self.stopped_by is not None:
+                raise self.stopped_by
 
     async def step_finished(self, step: StepRecord) -> None:
         await self._call("step_result", copy.copy(step))
@@ -246,5 +278,9 @@ class RecordingObserver:
         try:
             await self._call("run_finished", result, score, grading_error, self.grader)
             await self.written()
-        finally:
-            await self.flush()
+        except BaseException:
+            # What is stored goes out; a failed send never hides what stopped the run.
+            with contextlib.suppress(Exception):
+                await self.flush()
+            raise
+        await self.flush()

@@ -301,7 +301,8 @@ async def run_execute_async(
     The execution first claims the run (``services/ownership.py``) as ``executor`` (a new token
     by default): leased and renewed by a heartbeat, or, with ``exclusive``, taken over because
     the caller holds an exclusive lease elsewhere (Celery's). A run another execution holds is
-    not executed; one taken over while this execution runs stops it at its next callback.
+    not executed; one taken over while this execution runs is stopped as soon as storing a
+    callback finds it (at once, a model call in flight with it: see ``_execute_recorded``).
 
     With ``resumable`` (the caller executes the run again later: the Celery task retries), a
     database that is away or full is not the run's fault: the error propagates and the run is
@@ -363,6 +364,8 @@ async def run_execute_async(
                 run_id=run_id, error=short_error(error), fence=claim.fence
             )
             run_trace_enqueue(run_id=run_id)
+        elif recorder is not None:  # nothing taken is stored after the claim is let go
+            await _flush_quietly(recorder)
         # Let go if the database allows it (a retry takes the run over in any case).
         with contextlib.suppress(OperationalError, InterfaceError):
             await sync_to_async(run_claim_release)(claim=claim)
@@ -398,15 +401,29 @@ async def _execute_recorded(recorder: RecordingObserver, **arguments: Any) -> No
     raised it. A cancel from elsewhere (``run_stop_inline``) stays a cancel."""
     task = asyncio.current_task()
     assert task is not None
-    recorder.stop = task.cancel
+    requested = False
+
+    def stop() -> None:
+        nonlocal requested
+        requested = True
+        task.cancel()
+
+    recorder.stop = stop
     try:
         await execute_run(**arguments)
     except asyncio.CancelledError:
-        if recorder.stopped_by is None or task.uncancel() > 0:
+        if not requested:
             raise
+        requested = False
+        if task.uncancel() > 0 or recorder.stopped_by is None:
+            raise  # a cancel from elsewhere too: it stays a cancel
         raise recorder.stopped_by from None
     finally:
         recorder.stop = None
+        if requested:
+            # The cancel this function asked for did not come out as such (another exception
+            # left first): withdrawn, so that it never reaches what this task does next.
+            task.uncancel()
 
 
 async def _flush_quietly(recorder: RecordingObserver) -> None:

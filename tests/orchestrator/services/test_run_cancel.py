@@ -103,46 +103,96 @@ async def test_a_run_cancelled_mid_step_closes_every_step_and_says_nothing_after
     assert run.last_seq == finished["seq"] and run.tokens_in == 0
 
 
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.usefixtures("async_db_connections_closed")
-async def test_a_cancel_found_while_storing_stops_the_model_call_in_flight(
-    sim_pool, call_log, sent_events, monkeypatch
-):
-    """Executed with nothing else listening, a step's start is stored while its model call is
-    already under way; when storing finds the run cancelled, that call is stopped at once."""
-    import asyncio
-
+async def _slow_models(pool, *, conductor: float = 0, workers: float = 0) -> None:
+    """Give the pool's conductor and workers these latencies (seconds per call)."""
     from orchestrator.models import Worker
+
+    pool.conductor_params = {**pool.conductor_params, "latency": conductor}
+    await pool.asave(update_fields=["conductor_params"])
+    for worker in await sync_to_async(list)(Worker.objects.filter(pool=pool)):
+        worker.params = {**worker.params, "latency": workers}
+        await worker.asave(update_fields=["params"])
+
+
+def _cancelled_just_before(monkeypatch, callback: str) -> None:
+    """Cancel the run, as a person would, right before the recorder stores ``callback``."""
     from orchestrator.services.recorder import RunRecorder
     from orchestrator.services.runs import _cancel
 
-    # Every worker answers in 60 s.
-    for worker in await sync_to_async(list)(Worker.objects.filter(pool=sim_pool)):
-        worker.params = {**worker.params, "latency": 60}
-        await worker.asave(update_fields=["params"])
-    run = await sync_to_async(run_create)(
-        pool=sim_pool, input=QUESTION, strategy="single", enqueue=False
-    )
-    store_start = RunRecorder.step_started
+    store = getattr(RunRecorder, callback)
 
-    def cancelled_first(recorder, record):
-        _cancel(recorder.run_id)  # as a person would, just before the start is stored
-        return store_start(recorder, record)
+    def cancelled_first(recorder, *args):
+        _cancel(recorder.run_id)
+        return store(recorder, *args)
 
-    monkeypatch.setattr(RunRecorder, "step_started", cancelled_first)
+    monkeypatch.setattr(RunRecorder, callback, cancelled_first)
 
-    await asyncio.wait_for(run_execute_async(run_id=run.pk), timeout=30)
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("async_db_connections_closed")
+async def test_a_cancel_found_while_storing_stops_the_conductor_call_in_flight(
+    sim_pool, call_log, sent_events, monkeypatch
+):
+    """Executed with nothing else listening, the planning callback is stored while the
+    conductor's call is already under way; finding the run cancelled stops that call at once."""
+    import asyncio
+
+    await _slow_models(sim_pool, conductor=60)
+    run = await sync_to_async(run_create)(pool=sim_pool, input=QUESTION, enqueue=False)
+    _cancelled_just_before(monkeypatch, "planning")
+
+    await asyncio.wait_for(run_execute_async(run_id=run.pk), timeout=30)  # not the 60 s call
 
     await run.arefresh_from_db()
     assert run.status == Run.Status.CANCELLED
-    assert len(call_log.calls) == 1  # the step's, stopped in flight (else 60 s)
-    assert [s async for s in Step.objects.filter(run=run).values_list("status", flat=True)] == [
-        "skipped"
-    ]
+    assert len(call_log.calls) == 1  # the conductor's, stopped in flight
+    assert not await Step.objects.filter(run=run).aexists()
+    stored = await sync_to_async(stored_events)(run)
+    assert [e["type"] for e in stored][-1:] == ["run.finished"]  # no plan, no step before it
+    assert not {"plan.created", "step.created"} & {e["type"] for e in stored}
+    assert stored[-1]["status"] == "cancelled"
+    assert sent_events == stored
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("async_db_connections_closed")
+async def test_a_step_whose_start_finds_the_run_cancelled_never_calls_its_model(
+    sim_pool, call_log, sent_events, monkeypatch
+):
+    from orchestrator.services.recorder import RunRecorder
+    from orchestrator.services.runs import _cancel
+
+    await _slow_models(sim_pool, workers=60)
+    run = await sync_to_async(run_create)(
+        pool=sim_pool, input=QUESTION, strategy="single", enqueue=False
+    )
+    record = RunRecorder.record
+
+    def cancelled_before_the_start(recorder, calls):
+        """What comes before the step's start is stored; then a person cancels the run (a
+        transaction of its own); then the start is stored, or rather refused."""
+        names = [name for name, _ in calls]
+        if "step_started" in names:
+            record(recorder, calls[: names.index("step_started")])
+            _cancel(recorder.run_id)
+            calls = calls[names.index("step_started") :]
+        return record(recorder, calls)
+
+    monkeypatch.setattr(RunRecorder, "record", cancelled_before_the_start)
+
+    await run_execute_async(run_id=run.pk)
+
+    await run.arefresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert call_log.calls == []  # the step's start was refused before its model was called
+    steps = Step.objects.filter(run=run).values_list("status", "error")
+    assert [step async for step in steps] == [("skipped", "Not run: the run was cancelled")]
     stored = await sync_to_async(stored_events)(run)
     assert stored[-1]["type"] == "run.finished" and stored[-1]["status"] == "cancelled"
-    assert sent_events == stored
     assert not any(e["type"] == "step.started" for e in stored)
+    # Each sent once. (The cancel's run.finished is sent from its own commit, and may reach
+    # the layer before events committed just before it: a client resyncs from the seqs.)
+    assert sorted(sent_events, key=lambda event: event["seq"]) == stored
 
 
 def test_a_run_cancelled_before_it_starts_skips_its_steps(sim_pool, sent_events):

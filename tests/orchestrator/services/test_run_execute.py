@@ -324,3 +324,90 @@ def test_a_run_stopped_by_a_bug_closes_its_running_and_pending_steps(sim_pool):
     assert finished["type"] == "run.finished"
     assert finished["closed_steps"]["cancelled"]["ids"] == [running.pk]
     assert finished["closed_steps"]["skipped"]["ids"] == [pending.pk]
+
+
+class _Stoppable:
+    """What ``_execute_recorded`` needs of a recorder: ``stop`` and what stopped it."""
+
+    stop = None
+    stopped_by: BaseException | None = None
+
+
+def _engine_stopped_by(error: BaseException, *, then=None):
+    """An ``execute_run`` that, while it waits, has storing fail with ``error`` (the recorder
+    keeps it and calls ``stop``); ``then`` turns the cancel that follows into something else."""
+    import asyncio
+
+    async def execute_run(*, recorder: _Stoppable) -> None:
+        loop = asyncio.get_running_loop()
+
+        def storing_failed() -> None:
+            recorder.stopped_by = error
+            recorder.stop()
+
+        loop.call_soon(storing_failed)
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            if then is not None:
+                raise then from None
+            raise
+
+    return execute_run
+
+
+async def _execute_stoppable(monkeypatch, engine) -> tuple[BaseException | None, int]:
+    """Run ``_execute_recorded`` over ``engine`` in a task; what it raised, and the cancel
+    requests its task still had afterwards."""
+    import asyncio
+
+    from orchestrator.services import runs
+
+    recorder = _Stoppable()
+    monkeypatch.setattr(runs, "execute_run", lambda **_: engine(recorder=recorder))
+
+    async def owner() -> tuple[BaseException | None, int]:
+        task = asyncio.current_task()
+        try:
+            await runs._execute_recorded(recorder)
+        except BaseException as error:  # noqa: BLE001 (what it raised is the result)
+            return error, task.cancelling()
+        return None, task.cancelling()
+
+    return await asyncio.create_task(owner())
+
+
+async def test_storing_that_fails_stops_the_engine_with_its_own_error(monkeypatch):
+    from orchestrator.services.recorder import RunTakenOver
+
+    taken_over = RunTakenOver("run 1 was taken over by another execution")
+    raised, cancelling = await _execute_stoppable(monkeypatch, _engine_stopped_by(taken_over))
+
+    assert raised is taken_over and cancelling == 0
+
+
+async def test_a_stop_that_something_else_overtook_leaves_no_cancel_behind(monkeypatch):
+    from orchestrator.services.recorder import RunCancelled
+
+    overtaking = ConnectionError("the channel layer is away")
+    engine = _engine_stopped_by(RunCancelled("run 1 was cancelled"), then=overtaking)
+    raised, cancelling = await _execute_stoppable(monkeypatch, engine)
+
+    assert raised is overtaking
+    assert cancelling == 0  # what the task awaits next is not cancelled by a stale request
+
+
+async def test_a_cancel_from_elsewhere_stays_a_cancel_when_storing_fails_too(monkeypatch):
+    import asyncio
+
+    from orchestrator.services.recorder import RunCancelled
+
+    stopped = _engine_stopped_by(RunCancelled("run 1 was cancelled"))
+
+    async def cancelled_from_elsewhere_too(*, recorder: _Stoppable) -> None:
+        asyncio.current_task().cancel()  # as run_stop_inline does
+        await stopped(recorder=recorder)
+
+    raised, _ = await _execute_stoppable(monkeypatch, cancelled_from_elsewhere_too)
+
+    assert isinstance(raised, asyncio.CancelledError)

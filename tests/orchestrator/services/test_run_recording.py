@@ -283,21 +283,25 @@ async def test_the_observer_sends_each_callbacks_events_after_its_commit_in_orde
 
 
 def test_callbacks_stored_together_keep_those_before_the_one_that_raises(
-    run, delivered, recorder_for, django_capture_on_commit_callbacks
+    run, delivered, recorder_for, django_capture_on_commit_callbacks, monkeypatch
 ):
     recorder, records = recorder_for(status=run.status), step_records()
-    stray = StepRecord(
-        round=0, index=7, spec=StepSpec(0, "no such step", ()), worker_name="w0", model="sim/w0",
-        reads=(),
-    )  # fmt: skip
+    store_result = RunRecorder.step_result
 
-    with django_capture_on_commit_callbacks(execute=True), pytest.raises(Step.DoesNotExist):
+    def cancelled_first(recorder, record):
+        # The cancel commits with the callbacks before; the result's own writes are undone.
+        Run.objects.filter(pk=run.pk).update(status=Run.Status.CANCELLED)
+        return store_result(recorder, record)
+
+    monkeypatch.setattr(RunRecorder, "step_result", cancelled_first)
+
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(RunCancelled):
         recorder.record(
             [
                 ("planning", (0,)),
                 ("plan_created", (plan_record(), records)),
-                ("step_started", (stray,)),
-                ("step_started", (records[0],)),  # after the one that raised: not stored
+                ("step_result", (finished(records[0], "too late"),)),
+                ("step_started", (records[1],)),  # after the one that raised: not stored
             ]
         )
 
@@ -305,8 +309,9 @@ def test_callbacks_stored_together_keep_those_before_the_one_that_raises(
     assert stored_events(run) == list(enumerate(types, start=1))
     assert [(event["seq"], event["type"]) for event in delivered] == stored_events(run)
     run.refresh_from_db()
-    assert (run.status, run.last_seq) == ("planning", 4)
-    assert set(Step.objects.filter(run=run).values_list("status", flat=True)) == {"pending"}
+    assert (run.status, run.last_seq, run.tokens_out) == ("cancelled", 4, 20)  # the plan's
+    steps = Step.objects.filter(run=run).order_by("index").values_list("status", "response")
+    assert list(steps) == [("pending", ""), ("pending", "")]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -326,25 +331,28 @@ async def test_with_write_behind_callbacks_taken_together_are_stored_together_in
     monkeypatch.setattr(observer, "_record", sync_to_async(counting))
     records = step_records()
 
-    # None of these waits for the database: they are taken while nothing is being stored.
+    # Neither waits for the database; the engine changes its records after each callback, and
+    # what is stored is what they were when it was taken.
     await observer.planning(0)
     await observer.plan_created(plan_record(), records)
+    records[1].status = "running"
+    assert observer.taken == 2 and hops == [] and sent_events == []
+    # A step's start is stored (with what came before it) before its model is called.
     await observer.step_started(records[0])
+    assert hops == [["planning", "plan_created", "step_started"]]
     await observer.step_finished(finished(records[0], "50"))
-    assert observer.taken == 4 and sent_events == []
-    # The engine changes its record after the callback: what was taken is what is stored.
     records[0].response = "changed afterwards"
     await observer.written()
     await observer.flush()
 
-    assert hops == [["planning", "plan_created", "step_started", "step_result"]]
+    assert hops[1:] == [["step_result"]]
     types = ["run.status", "plan.created", "step.created", "step.created", "run.status"]
     types += ["step.started", "step.finished"]
     stored = await sync_to_async(stored_events)(run)
     assert stored == list(enumerate(types, start=1))
     assert [(e["seq"], e["type"]) for e in sent_events] == stored
-    response = await Step.objects.filter(run=run, index=0).values_list("response", flat=True).aget()
-    assert response == "50"
+    steps = Step.objects.filter(run=run).order_by("index").values_list("status", "response")
+    assert [step async for step in steps] == [("succeeded", "50"), ("pending", "")]
 
 
 @pytest.mark.django_db(transaction=True)
