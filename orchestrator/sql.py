@@ -184,6 +184,77 @@ def advance_seq_storing(
     nothing was written). Raises NotStoredInOneStatement, having written nothing, if the run's
     row matched nothing, or the step's row matched nothing without ``quiet_without_step``.
     """
+    sql, params = storing_statement(
+        run_id,
+        step_sql=step_sql,
+        step_params=step_params,
+        assignments=assignments,
+        assignment_params=assignment_params,
+        conditions=conditions,
+        condition_params=condition_params,
+        events=events,
+        created_at=created_at,
+        quiet_without_step=quiet_without_step,
+        inserts=inserts,
+    )
+    try:
+        # In a transaction (tests, a caller's atomic block), a savepoint to undo to.
+        savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
+        with savepoint:
+            (last_seq, _) = fetch_bound(sql, params)[0]
+    except DataError as error:
+        if getattr(error.__cause__, "sqlstate", None) == _DIVISION_BY_ZERO:
+            raise NotStoredInOneStatement from error
+        raise
+    return last_seq
+
+
+def advance_seq_storing_together(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[int]:
+    """Several statements of ``storing_statement`` (none quiet) in one round trip and one
+    transaction: sent together in psycopg's pipeline, with one Sync at the end, so the database
+    runs them as one implicit transaction (inside a caller's atomic block, a savepoint of it).
+    Returns each one's last_seq. Raises NotStoredInOneStatement, having written nothing, if any
+    of them found the rows not as its caller expected: then none is kept."""
+    import psycopg
+
+    connection.ensure_connection()
+    raw = connection.connection
+    cursors = []
+    try:
+        savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
+        with savepoint, connection.wrap_database_errors, raw.pipeline():
+            for sql, params in statements:
+                cursor = psycopg.Cursor(raw)
+                cursors.append(cursor)
+                cursor.execute(sql, params, prepare=False)
+        return [cursor.fetchone()[0] for cursor in cursors]
+    except DataError as error:
+        if getattr(error.__cause__, "sqlstate", None) == _DIVISION_BY_ZERO:
+            raise NotStoredInOneStatement from error
+        raise
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
+_DIVISION_BY_ZERO = "22012"
+
+
+def storing_statement(
+    run_id: int,
+    *,
+    step_sql: str = "",
+    step_params: Sequence[Any] = (),
+    assignments: Sequence[str] = (),
+    assignment_params: Sequence[Any] = (),
+    conditions: Sequence[str] = (),
+    condition_params: Sequence[Any] = (),
+    events: Sequence[dict[str, Any]] = (),
+    created_at: Any,
+    quiet_without_step: bool = False,
+    inserts: Sequence[tuple[str, Sequence[Any]]] = (),
+) -> tuple[str, list[Any]]:
+    """The statement of ``advance_seq_storing`` and its parameters (see there)."""
     count = len(events)
     params: list[Any] = []
     parts: list[str] = []
@@ -224,16 +295,7 @@ def advance_seq_storing(
         f"1 / (CASE WHEN {expected} THEN 1 ELSE 0 END) "
         f"FROM (SELECT {step_count} AS n) AS stepped LEFT JOIN run_row ON true"
     )
-    try:
-        # In a transaction (tests, a caller's atomic block), a savepoint to undo to.
-        savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
-        with savepoint:
-            (last_seq, _) = fetch_bound(sql, params)[0]
-    except DataError as error:
-        if getattr(error.__cause__, "sqlstate", None) == "22012":  # division_by_zero
-            raise NotStoredInOneStatement from error
-        raise
-    return last_seq
+    return sql, params
 
 
 def fetch_bound(sql: str, params: Sequence[Any]) -> list[tuple]:

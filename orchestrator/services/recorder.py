@@ -11,7 +11,7 @@ run's status) so that each callback costs two to four statements, in plain SQL o
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django.db import connection, transaction
@@ -32,11 +32,13 @@ from orchestrator.sql import (
     NotStoredInOneStatement,
     advance_seq,
     advance_seq_storing,
+    advance_seq_storing_together,
     allocate_ids,
     can_store_in_one_statement,
     db_datetime,
     insert_rows,
     insert_statement,
+    storing_statement,
 )
 
 TOTAL_FIELDS = wire.TOTAL_FIELDS
@@ -83,6 +85,15 @@ class RunTakenOver(Exception):
     more (see ``services/ownership.py``)."""
 
 
+# What ``_store_in_one_statement`` returns for a statement stored later with others.
+DEFERRED = -1
+
+
+class _NotDeferred(Exception):
+    """A callback taken with others cannot be stored in one statement (it goes the general way,
+    which must see what came before it stored): the statements deferred so far go first."""
+
+
 class RunRecorder:
     """Stores the callbacks of one run's execution (sync; one thread at a time).
 
@@ -123,6 +134,10 @@ class RunRecorder:
         self.totals = dict.fromkeys(TOTAL_FIELDS, 0) | dict(totals or {})
         self.status = status
         self.deliver = deliver
+        # While callbacks are stored together (PostgreSQL, ``record``): their statements, sent
+        # at once; and how to undo what they changed here if the database refuses one.
+        self._deferred: list[tuple[str, list[Any], Callable[[int], None]]] | None = None
+        self._undo: list[Callable[[], None]] = []
 
     # Helpers ------------------------------------------------------------------------------------
 
@@ -252,33 +267,46 @@ class RunRecorder:
         for type, _ in items:
             if type not in wire.EVENT_SHAPES:
                 raise ValueError(f"unknown event type {type!r}")
-        last_seq = advance_seq_storing(
-            self.run_id,
-            step_sql=step_sql,
-            step_params=step_params,
-            assignments=assignments,
-            assignment_params=assignment_params,
-            conditions=conditions,
-            condition_params=run_condition_params,
-            events=[{"type": type, "run": self.run_id, **data} for type, data in items],
-            created_at=db_datetime(timezone.now()),
-            quiet_without_step=quiet_without_step,
-            inserts=inserts,
-        )
-        if last_seq is None:
-            return None
+        statement = {
+            "step_sql": step_sql,
+            "step_params": step_params,
+            "assignments": assignments,
+            "assignment_params": assignment_params,
+            "conditions": conditions,
+            "condition_params": run_condition_params,
+            "events": [{"type": type, "run": self.run_id, **data} for type, data in items],
+            "created_at": db_datetime(timezone.now()),
+            "inserts": inserts,
+        }
+
+        def stored(last_seq: int) -> None:
+            first = last_seq - len(items) + 1
+            events.deliver_on_commit(
+                [
+                    {"type": type, "run": self.run_id, "seq": first + offset, **data}
+                    for offset, (type, data) in enumerate(items)
+                ],
+                self.deliver,
+            )
+
+        if self._deferred is not None:
+            # Stored with the callbacks taken together (``record``), as if it is: a step that
+            # has its result refuses them all here, as would anything else unexpected.
+            sql, params = storing_statement(self.run_id, **statement)
+            self._deferred.append((sql, params, stored))
+            last_seq = DEFERRED
+        else:
+            last_seq = advance_seq_storing(
+                self.run_id, **statement, quiet_without_step=quiet_without_step
+            )
+            if last_seq is None:
+                return None
         for field, amount in add.items():
             self.totals[field] += amount
         if move_to is not None:
             self.status = move_to
-        first = last_seq - len(items) + 1
-        events.deliver_on_commit(
-            [
-                {"type": type, "run": self.run_id, "seq": first + offset, **data}
-                for offset, (type, data) in enumerate(items)
-            ],
-            self.deliver,
-        )
+        if last_seq is not DEFERRED:
+            stored(last_seq)
         return last_seq
 
     def _totals_after(self, add: dict[str, Any]) -> dict[str, Any]:
@@ -334,17 +362,30 @@ class RunRecorder:
 
     def record(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
         """Store callbacks (``(method name, arguments)``) in order, stopping at the first that
-        raises (it raises). Several on SQLite share one transaction, each callback in a savepoint
-        of its own: when one raises, its own writes are undone and those before it commit (unless
-        the commit itself fails, or the database rolled the whole transaction back, as SQLite
-        does when the disk is full: then none is kept and the execution stops with the error;
-        a retry reloads the run from what is stored). The commit is paid once. On PostgreSQL a
-        callback is one statement of its own in autocommit where it can be (a transaction
-        around several would add its BEGIN and COMMIT round trips)."""
-        if len(calls) == 1 or can_store_in_one_statement():
-            for name, args in calls:
-                getattr(self, name)(*args)
-            return
+        raises (it raises).
+
+        Several on SQLite share one transaction, each callback in a savepoint of its own: when
+        one raises, its own writes are undone and those before it commit (unless the commit
+        itself fails, or the database rolled the whole transaction back, as SQLite does when the
+        disk is full: then none is kept and the execution stops with the error; a retry reloads
+        the run from what is stored). The commit is paid once.
+
+        Several on PostgreSQL are stored in one transaction and one round trip where each can be
+        one statement (``sql.advance_seq_storing_together``): each statement is built as if
+        those before it were stored, and this recorder's state moves on with it. If the
+        database refuses one (the run finished or was taken over, a step has its result), none
+        is kept, the state goes back, and the callbacks are stored one by one, the way that
+        tells what happened. A callback that cannot be one statement goes alone, after those
+        before it."""
+        if len(calls) == 1:
+            name, args = calls[0]
+            getattr(self, name)(*args)
+        elif can_store_in_one_statement():
+            self._record_together(calls)
+        else:
+            self._record_in_one_transaction(calls)
+
+    def _record_in_one_transaction(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
         failure: Exception | None = None
         with transaction.atomic():
             for name, args in calls:
@@ -355,6 +396,58 @@ class RunRecorder:
                     break
         if failure is not None:
             raise failure
+
+    def _record_together(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
+        position = 0
+        while position < len(calls):
+            saved = (dict(self.totals), self.status, set(self.plan_rounds), list(self.plan_ids))
+            self._deferred, self._undo = [], []
+            deferred_calls = 0
+            try:
+                for name, args in calls[position:]:
+                    try:
+                        getattr(self, name)(*args)
+                    except _NotDeferred:
+                        break
+                    deferred_calls += 1
+                statements, self._deferred = self._deferred, None
+                try:
+                    last_seqs = (
+                        advance_seq_storing_together(
+                            [(sql, params) for sql, params, _ in statements]
+                        )
+                        if statements
+                        else []
+                    )
+                except NotStoredInOneStatement:
+                    for undo in reversed(self._undo):
+                        undo()
+                    self.totals, self.status, self.plan_rounds, self.plan_ids = saved
+                    for name, args in calls[position : position + deferred_calls]:
+                        getattr(self, name)(*args)
+                else:
+                    for (_, _, stored), last_seq in zip(statements, last_seqs, strict=True):
+                        stored(last_seq)
+            finally:
+                self._deferred, self._undo = None, []
+            position += deferred_calls
+            if position < len(calls):  # the one that could not be deferred, the general way
+                name, args = calls[position]
+                getattr(self, name)(*args)
+                position += 1
+
+    def _general_way(self) -> None:
+        """Called where a callback is about to be stored the general way."""
+        if self._deferred is not None:
+            raise _NotDeferred
+
+    def _set_row(self, row: Step, values: dict[str, Any]) -> None:
+        """Set ``values`` on a step's row kept here (undone if the callbacks stored together
+        with this one are refused)."""
+        if self._deferred is not None:
+            before = {field: getattr(row, field) for field in values}
+            self._undo.append(lambda: _set(row, before))
+        _set(row, values)
 
     def planning(self, round: int) -> None:
         """The strategy is about to write the workflow of ``round``."""
@@ -369,6 +462,7 @@ class RunRecorder:
                 return
             except NotStoredInOneStatement:
                 pass  # finished or taken over: the general way tells which
+        self._general_way()
         with transaction.atomic():
             last_seq, moved = self._advance_run(event_count=0, move_to=Run.Status.PLANNING)
             if moved:
@@ -394,6 +488,7 @@ class RunRecorder:
                 return
             except NotStoredInOneStatement:
                 pass  # finished or taken over: the general way tells which
+        self._general_way()
         with transaction.atomic():
             last_seq, _ = self._advance_run(event_count=len(plan_rows) + len(new_steps), add=usage)
             items = self._store_plans(plan_rows)
@@ -445,6 +540,9 @@ class RunRecorder:
             row._state.db = connection.alias
         self.plan_rounds.update(row.round for row in plan_rows)
         self.steps.update({(row.round, row.index): row for row in new_steps})
+        if self._deferred is not None:
+            added = [(row.round, row.index) for row in new_steps]
+            self._undo.append(lambda: [self.steps.pop(key, None) for key in added])
 
     def _new_step_row(self, record: StepRecord, now: Any) -> Step:
         row = Step(
@@ -522,10 +620,11 @@ class RunRecorder:
                     step_params=params,
                     move_to=running if moving else None,
                 )
-                _set(row, started)
+                self._set_row(row, started)
                 return
             except NotStoredInOneStatement:
                 pass  # the general way below tells what happened
+        self._general_way()
         with transaction.atomic():
             written = False
             if row.status != Step.Status.SUCCEEDED:  # a stored result is kept
@@ -599,10 +698,11 @@ class RunRecorder:
                     quiet_without_step=True,  # the step has its result: it is kept
                 )
                 if stored is not None:
-                    _set(row, values)
+                    self._set_row(row, values)
                 return
             except NotStoredInOneStatement:
                 pass  # the run finished or was taken over: the general way below raises
+        self._general_way()
         with transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute(_STEP_RESULT_SQL, params)
@@ -672,6 +772,7 @@ class RunRecorder:
                 return
             except NotStoredInOneStatement:
                 pass  # finished elsewhere, taken over, or a step is open: the general way
+        self._general_way()
         with transaction.atomic():
             open_steps = lock_open_steps(run_id=self.run_id)
             row = advance_seq(

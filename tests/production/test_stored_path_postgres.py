@@ -1,6 +1,7 @@
 """On PostgreSQL a run's callbacks are stored in one statement each (``sql.advance_seq_storing``,
-ids taken ahead by ``sql.allocate_ids``, rows read by ``sql.fetch_bound``); the run's end falls
-back to the general way when a step is still open. SQLite stores them the general way
+ids taken ahead by ``sql.allocate_ids``, rows read by ``sql.fetch_bound``), several taken
+together in one round trip (``sql.advance_seq_storing_together``); the run's end falls back to
+the general way when a step is still open. SQLite stores them the general way
 (tests/orchestrator/services/test_run_recording.py): these tests read what each path stored."""
 
 from __future__ import annotations
@@ -173,3 +174,109 @@ def test_the_runs_end_falls_back_to_the_general_way_when_a_step_is_still_open(
         0,
         1,
     ]
+
+
+@pytest.fixture
+def together(monkeypatch) -> list[int]:
+    """How many statements each round trip of ``advance_seq_storing_together`` carried."""
+    sizes: list[int] = []
+    original = recorder_module.advance_seq_storing_together
+
+    def spy(statements):
+        sizes.append(len(statements))
+        return original(statements)
+
+    monkeypatch.setattr(recorder_module, "advance_seq_storing_together", spy)
+    return sizes
+
+
+@pytest.fixture
+def executing(run, sim_pool, delivered) -> RunRecorder:
+    """A recorder as an execution builds it: with the run's stored totals (``wall_time`` is
+    NULL until the run ends), so its first statement finds the row as it expects."""
+    from orchestrator import wire
+
+    worker_ids = list(sim_pool.workers.order_by("position").values_list("pk", flat=True))
+    return RunRecorder(
+        run_id=run.pk,
+        worker_ids=worker_ids,
+        status=run.status,
+        totals={field: getattr(run, field) for field in wire.TOTAL_FIELDS},
+        deliver=delivered.append,
+    )
+
+
+def test_callbacks_taken_together_are_stored_in_one_round_trip(
+    run, executing, delivered, statements, together, django_capture_on_commit_callbacks
+):
+    recorder, records = executing, step_records()
+    with django_capture_on_commit_callbacks(execute=True):
+        recorder.record(
+            [
+                ("planning", (0,)),
+                ("plan_created", (plan_record(), records)),
+                ("step_started", (records[0],)),
+            ]
+        )
+        recorder.record(
+            [
+                ("step_result", (finished(records[0], "80 - 30 = 50"),)),
+                ("step_started", (records[1],)),
+                ("step_result", (finished(records[1], "ANSWER: 50"),)),
+                ("run_finished", (succeeded(records), 1.0)),
+            ]
+        )
+
+    assert together == [3, 4] and "advance_seq_storing" not in statements
+    created, ran = ["step.created"] * 2, ["step.started", "step.finished"] * 2
+    types = ["run.status", "plan.created", *created, "run.status", *ran]
+    types += ["plan.created", "run.finished"]
+    assert stored_events(run) == list(enumerate(types, start=1))
+    assert [(event["seq"], event["type"]) for event in delivered] == stored_events(run)
+    run.refresh_from_db()
+    assert (run.status, run.last_seq, run.tokens_in, run.step_count) == ("succeeded", 11, 120, 2)
+    steps = list(Step.objects.filter(run=run).order_by("index"))
+    assert [(s.status, s.response) for s in steps] == [
+        ("succeeded", "80 - 30 = 50"),
+        ("succeeded", "ANSWER: 50"),
+    ]
+    assert steps[1].reads == [steps[0].pk]
+
+
+def test_one_refused_refuses_all_taken_together_and_they_are_stored_one_by_one(
+    run, executing, delivered, statements, together, django_capture_on_commit_callbacks
+):
+    recorder, records = executing, step_records()
+    with django_capture_on_commit_callbacks(execute=True):
+        recorder.record([("planning", (0,)), ("plan_created", (plan_record(), records))])
+        # Another execution stored step 0's result (unknown to this recorder): storing it again
+        # is refused, and with it what came before it in the same round trip.
+        other = RunRecorder(
+            run_id=run.pk,
+            worker_ids=recorder.worker_ids,
+            steps=Step.objects.filter(run=run),
+            status="planning",
+        )
+        other.step_result(finished(step_records()[0], "first", tokens_in=10))
+        recorder.record(
+            [
+                ("step_started", (records[1],)),
+                ("step_result", (finished(records[0], "second", tokens_in=999),)),
+                ("step_result", (finished(records[1], "ANSWER: 50"),)),
+            ]
+        )
+
+    assert together == [2, 3]
+    # The second round trip refused: its three callbacks then went one by one (after the one
+    # statement of the other execution's result).
+    assert statements.count("advance_seq_storing") == 1 + 3
+    step_0, step_1 = Step.objects.filter(run=run).order_by("index")
+    assert (step_0.response, step_0.tokens_in) == ("first", 10)  # kept, counted once
+    assert (step_1.status, step_1.response) == ("succeeded", "ANSWER: 50")
+    run.refresh_from_db()
+    assert run.tokens_in == 100 + 10 + 10  # the plan's, step 0's first result, step 1's
+    seqs = [seq for seq, _ in stored_events(run)]
+    assert seqs == list(range(1, run.last_seq + 1))
+    # This recorder announced step 1's result only (the other execution, step 0's).
+    assert [e["step"]["index"] for e in delivered if e["type"] == "step.finished"] == [1]
+    assert recorder.totals["tokens_in"] == run.tokens_in  # what it keeps went back, then on
