@@ -1,5 +1,5 @@
-"""Storing a run as it executes: one short transaction per engine callback (on SQLite, one for
-several callbacks taken together, each in a savepoint: ``RunRecorder.record``).
+"""Storing a run as it executes: one short transaction per engine callback, or one for several
+callbacks taken together (``RunRecorder.record``).
 
 ``RunRecorder`` is synchronous (the async adapter that the engine calls is
 ``services/recording.py``). It keeps what it wrote (step rows, stored plan rounds, totals, the
@@ -138,6 +138,8 @@ class RunRecorder:
         # at once; and how to undo what they changed here if the database refuses one.
         self._deferred: list[tuple[str, list[Any], Callable[[int], None]]] | None = None
         self._undo: list[Callable[[], None]] = []
+        # While callbacks are stored in one transaction (SQLite, ``record``): all or none.
+        self._together = False
 
     # Helpers ------------------------------------------------------------------------------------
 
@@ -364,19 +366,15 @@ class RunRecorder:
         """Store callbacks (``(method name, arguments)``) in order, stopping at the first that
         raises (it raises).
 
-        Several on SQLite share one transaction, each callback in a savepoint of its own: when
-        one raises, its own writes are undone and those before it commit (unless the commit
-        itself fails, or the database rolled the whole transaction back, as SQLite does when the
-        disk is full: then none is kept and the execution stops with the error; a retry reloads
-        the run from what is stored). The commit is paid once.
-
-        Several on PostgreSQL are stored in one transaction and one round trip where each can be
-        one statement (``sql.advance_seq_storing_together``): each statement is built as if
-        those before it were stored, and this recorder's state moves on with it. If the
-        database refuses one (the run finished or was taken over, a step has its result), none
-        is kept, the state goes back, and the callbacks are stored one by one, the way that
-        tells what happened. A callback that cannot be one statement goes alone, after those
-        before it."""
+        Several are stored together, all or none, each built as if those before it were stored
+        (this recorder's state moves on with each): on SQLite in one transaction (the commit,
+        the disk's wait, paid once; no savepoint per callback), on PostgreSQL in one round trip
+        and one transaction where each can be one statement (``sql.advance_seq_storing_together``;
+        a callback that cannot goes alone, after those before it). If one is refused (the run
+        finished or was taken over, a step has its result) or fails, none is kept, this
+        recorder's state goes back, and the callbacks are stored one by one, the way that tells
+        what happened: those before the one that raises are then kept, as when each came alone.
+        """
         if len(calls) == 1:
             name, args = calls[0]
             getattr(self, name)(*args)
@@ -386,22 +384,37 @@ class RunRecorder:
             self._record_in_one_transaction(calls)
 
     def _record_in_one_transaction(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
-        failure: Exception | None = None
-        with transaction.atomic():
-            for name, args in calls:
-                try:
+        saved = self._state_saved()
+        self._together = True
+        try:
+            with transaction.atomic():
+                for name, args in calls:
                     getattr(self, name)(*args)
-                except Exception as error:  # noqa: BLE001 (raised once the others are kept)
-                    failure = error
-                    break
-        if failure is not None:
-            raise failure
+        except Exception:  # noqa: BLE001 (the callbacks one by one raise it again, if it holds)
+            self._together = False
+            self._state_restored(saved)
+            for name, args in calls:
+                getattr(self, name)(*args)
+        finally:
+            self._together, self._undo = False, []
+
+    def _state_saved(self) -> tuple[Any, ...]:
+        """What ``_state_restored`` puts back (with ``_undo``) if callbacks stored together are
+        refused: the totals, status, plan rounds and plan ids this recorder keeps."""
+        self._undo = []
+        return (dict(self.totals), self.status, set(self.plan_rounds), list(self.plan_ids))
+
+    def _state_restored(self, saved: tuple[Any, ...]) -> None:
+        for undo in reversed(self._undo):
+            undo()
+        self._undo = []
+        self.totals, self.status, self.plan_rounds, self.plan_ids = saved
 
     def _record_together(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
         position = 0
         while position < len(calls):
-            saved = (dict(self.totals), self.status, set(self.plan_rounds), list(self.plan_ids))
-            self._deferred, self._undo = [], []
+            saved = self._state_saved()
+            self._deferred = []
             deferred_calls = 0
             try:
                 for name, args in calls[position:]:
@@ -420,9 +433,7 @@ class RunRecorder:
                         else []
                     )
                 except NotStoredInOneStatement:
-                    for undo in reversed(self._undo):
-                        undo()
-                    self.totals, self.status, self.plan_rounds, self.plan_ids = saved
+                    self._state_restored(saved)
                     for name, args in calls[position : position + deferred_calls]:
                         getattr(self, name)(*args)
                 else:
@@ -436,15 +447,27 @@ class RunRecorder:
                 getattr(self, name)(*args)
                 position += 1
 
+    def _atomic(self) -> Any:
+        """A callback's transaction: its own, or part of the one of callbacks stored together
+        (no savepoint: if one raises, they are all undone and stored again one by one)."""
+        return transaction.atomic(savepoint=not self._together)
+
     def _general_way(self) -> None:
         """Called where a callback is about to be stored the general way."""
         if self._deferred is not None:
             raise _NotDeferred
 
+    def _steps_added(self, rows: list[Step]) -> None:
+        """Keep new step rows (forgotten again if the callbacks stored together are refused)."""
+        self.steps.update({(row.round, row.index): row for row in rows})
+        if self._deferred is not None or self._together:
+            added = [(row.round, row.index) for row in rows]
+            self._undo.append(lambda: [self.steps.pop(key, None) for key in added])
+
     def _set_row(self, row: Step, values: dict[str, Any]) -> None:
         """Set ``values`` on a step's row kept here (undone if the callbacks stored together
         with this one are refused)."""
-        if self._deferred is not None:
+        if self._deferred is not None or self._together:
             before = {field: getattr(row, field) for field in values}
             self._undo.append(lambda: _set(row, before))
         _set(row, values)
@@ -463,7 +486,7 @@ class RunRecorder:
             except NotStoredInOneStatement:
                 pass  # finished or taken over: the general way tells which
         self._general_way()
-        with transaction.atomic():
+        with self._atomic():
             last_seq, moved = self._advance_run(event_count=0, move_to=Run.Status.PLANNING)
             if moved:
                 self._publish([(wire.RUN_STATUS, {"status": str(Run.Status.PLANNING)})], last_seq)
@@ -489,14 +512,14 @@ class RunRecorder:
             except NotStoredInOneStatement:
                 pass  # finished or taken over: the general way tells which
         self._general_way()
-        with transaction.atomic():
+        with self._atomic():
             last_seq, _ = self._advance_run(event_count=len(plan_rows) + len(new_steps), add=usage)
             items = self._store_plans(plan_rows)
             if new_steps:
                 for row in new_steps:
                     row.plan = plan_rows[0] if plan_rows else None
                 insert_rows(new_steps)
-                self.steps.update({(s.round, s.index): s for s in new_steps})
+                self._steps_added(new_steps)
                 self._store_reads(steps, {s.index: s for s in new_steps})
             items += [(wire.STEP_CREATED, {"step": wire.step_data(s)}) for s in new_steps]
             if items:
@@ -539,10 +562,7 @@ class RunRecorder:
             row._state.adding = False
             row._state.db = connection.alias
         self.plan_rounds.update(row.round for row in plan_rows)
-        self.steps.update({(row.round, row.index): row for row in new_steps})
-        if self._deferred is not None:
-            added = [(row.round, row.index) for row in new_steps]
-            self._undo.append(lambda: [self.steps.pop(key, None) for key in added])
+        self._steps_added(new_steps)
 
     def _new_step_row(self, record: StepRecord, now: Any) -> Step:
         row = Step(
@@ -625,7 +645,7 @@ class RunRecorder:
             except NotStoredInOneStatement:
                 pass  # the general way below tells what happened
         self._general_way()
-        with transaction.atomic():
+        with self._atomic():
             written = False
             if row.status != Step.Status.SUCCEEDED:  # a stored result is kept
                 with connection.cursor() as cursor:
@@ -638,7 +658,7 @@ class RunRecorder:
             if moved:
                 items.append((wire.RUN_STATUS, {"status": str(Run.Status.RUNNING)}))
             if written:
-                _set(row, started)
+                self._set_row(row, started)
                 items.append((wire.STEP_STARTED, {"step": wire.step_data(row)}))
             if items:
                 self._publish(items, last_seq)
@@ -703,7 +723,7 @@ class RunRecorder:
             except NotStoredInOneStatement:
                 pass  # the run finished or was taken over: the general way below raises
         self._general_way()
-        with transaction.atomic():
+        with self._atomic():
             with connection.cursor() as cursor:
                 cursor.execute(_STEP_RESULT_SQL, params)
                 if cursor.rowcount != 1:
@@ -712,7 +732,7 @@ class RunRecorder:
             # cancel while the step ran) is rolled back, as the step ended cancelled and
             # run.finished must stay the run's last event.
             last_seq, _ = self._advance_run(event_count=1, add=add)
-            _set(row, values)
+            self._set_row(row, values)
             data = {"step": wire.step_data(row), "totals": dict(self.totals)}
             self._publish([(event_type, data)], last_seq)
 
@@ -773,7 +793,7 @@ class RunRecorder:
             except NotStoredInOneStatement:
                 pass  # finished elsewhere, taken over, or a step is open: the general way
         self._general_way()
-        with transaction.atomic():
+        with self._atomic():
             open_steps = lock_open_steps(run_id=self.run_id)
             row = advance_seq(
                 self.run_id,

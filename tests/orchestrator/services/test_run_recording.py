@@ -285,17 +285,15 @@ async def test_the_observer_sends_each_callbacks_events_after_its_commit_in_orde
 def test_callbacks_stored_together_keep_those_before_the_one_that_raises(
     run, delivered, recorder_for, django_capture_on_commit_callbacks, monkeypatch
 ):
-    """SQLite: one transaction, a savepoint per callback. (PostgreSQL sends them in one round
-    trip, all or none: tests/production/test_stored_path_postgres.py.)"""
-    from django.db import connection
-
-    if connection.vendor != "sqlite":
-        pytest.skip("SQLite's way of storing callbacks together")
+    """Stored together they are refused as a whole (the cancel below comes before them all),
+    then stored one by one: those before the refused one are kept, as when each came alone.
+    (PostgreSQL's round trip: tests/production/test_stored_path_postgres.py.)"""
     recorder, records = recorder_for(status=run.status), step_records()
     store_result = RunRecorder.step_result
 
     def cancelled_first(recorder, record):
-        # The cancel commits with the callbacks before; the result's own writes are undone.
+        # A person cancels right before the result is stored (each time: with the others,
+        # undone with them; then alone, committed before the result is refused).
         Run.objects.filter(pk=run.pk).update(status=Run.Status.CANCELLED)
         return store_result(recorder, record)
 
