@@ -7,7 +7,7 @@ them. Everything here works on PostgreSQL and SQLite (with or without ``RETURNIN
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from typing import Any
 
 from django.db import DataError, connection, models, transaction
@@ -211,22 +211,42 @@ def advance_seq_storing(
 
 def advance_seq_storing_together(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[int]:
     """Several statements of ``storing_statement`` (none quiet) in one round trip and one
-    transaction: sent together in psycopg's pipeline, with one Sync at the end, so the database
-    runs them as one implicit transaction (inside a caller's atomic block, a savepoint of it).
-    Returns each one's last_seq. Raises NotStoredInOneStatement, having written nothing, if any
-    of them found the rows not as its caller expected: then none is kept."""
+    transaction: BEGIN, the statements and COMMIT sent together in psycopg's pipeline (inside a
+    caller's atomic block: the statements in a savepoint of it). Returns each one's last_seq.
+    Nothing is kept unless all are: raises NotStoredInOneStatement if any of them found the rows
+    not as its caller expected; any other error (the database's, or one raised here while the
+    statements were being sent) rolls the transaction back and propagates."""
     import psycopg
 
     connection.ensure_connection()
     raw = connection.connection
-    cursors = []
-    try:
-        savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
-        with savepoint, connection.wrap_database_errors, raw.pipeline():
+    cursors: list[psycopg.Cursor[Any]] = []
+
+    def send(*, begin: bool) -> None:
+        with connection.wrap_database_errors, raw.pipeline():
+            if begin:
+                psycopg.Cursor(raw).execute("BEGIN")
             for sql, params in statements:
                 cursor = psycopg.Cursor(raw)
                 cursors.append(cursor)
                 cursor.execute(sql, params, prepare=False)
+            if begin:
+                psycopg.Cursor(raw).execute("COMMIT")
+
+    try:
+        if connection.in_atomic_block:
+            with transaction.atomic():  # a savepoint, undone on any error
+                send(begin=False)
+        else:
+            try:
+                send(begin=True)
+            except BaseException:
+                # Refused or failed: the transaction is aborted, or still open if the error
+                # came before its COMMIT was sent. Either way, nothing of it is kept.
+                if raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                    with suppress(Exception):
+                        raw.execute("ROLLBACK")
+                raise
         return [cursor.fetchone()[0] for cursor in cursors]
     except DataError as error:
         if getattr(error.__cause__, "sqlstate", None) == _DIVISION_BY_ZERO:

@@ -374,6 +374,7 @@ class RunRecorder:
         finished or was taken over, a step has its result) or fails, none is kept, this
         recorder's state goes back, and the callbacks are stored one by one, the way that tells
         what happened: those before the one that raises are then kept, as when each came alone.
+        (A commit that fails keeps nothing and raises, as a single callback's would.)
         """
         if len(calls) == 1:
             name, args = calls[0]
@@ -386,14 +387,21 @@ class RunRecorder:
     def _record_in_one_transaction(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
         saved = self._state_saved()
         self._together = True
+        reached_the_commit = False
         try:
             with transaction.atomic():
                 for name, args in calls:
                     getattr(self, name)(*args)
-        except Exception:  # noqa: BLE001 (the callbacks one by one raise it again, if it holds)
+                reached_the_commit = True
+        except Exception:
             self._together = False
+            if reached_the_commit:
+                # The commit failed (nothing kept; the run stops with the error, as a single
+                # callback's would), or what runs after it did: then all is stored, and storing
+                # the callbacks again would store them twice.
+                raise
             self._state_restored(saved)
-            for name, args in calls:
+            for name, args in calls:  # one by one: raises again where it holds
                 getattr(self, name)(*args)
         finally:
             self._together, self._undo = False, []
@@ -415,34 +423,39 @@ class RunRecorder:
         while position < len(calls):
             saved = self._state_saved()
             self._deferred = []
-            deferred_calls = 0
+            deferred_calls, alone, sending = 0, False, False
             try:
                 for name, args in calls[position:]:
                     try:
                         getattr(self, name)(*args)
                     except _NotDeferred:
+                        alone = True
                         break
                     deferred_calls += 1
                 statements, self._deferred = self._deferred, None
-                try:
-                    last_seqs = (
-                        advance_seq_storing_together(
-                            [(sql, params) for sql, params, _ in statements]
-                        )
-                        if statements
-                        else []
-                    )
-                except NotStoredInOneStatement:
-                    self._state_restored(saved)
-                    for name, args in calls[position : position + deferred_calls]:
-                        getattr(self, name)(*args)
-                else:
-                    for (_, _, stored), last_seq in zip(statements, last_seqs, strict=True):
-                        stored(last_seq)
+                sending = True
+                last_seqs = (
+                    advance_seq_storing_together([(sql, params) for sql, params, _ in statements])
+                    if statements
+                    else []
+                )
+            except Exception:  # noqa: BLE001 (the callbacks one by one raise it again)
+                # Refused, or failed while taking or sending them: none of them is stored.
+                # Back to the state before them; then one by one (the one that failed while
+                # being taken included), the way that tells what happened.
+                self._deferred = None
+                self._state_restored(saved)
+                again = deferred_calls if sending else deferred_calls + 1
+                for name, args in calls[position : position + again]:
+                    getattr(self, name)(*args)
+                position += again
+                continue
             finally:
                 self._deferred, self._undo = None, []
+            for (_, _, stored), last_seq in zip(statements, last_seqs, strict=True):
+                stored(last_seq)
             position += deferred_calls
-            if position < len(calls):  # the one that could not be deferred, the general way
+            if alone:  # the one that could not be one statement, the general way
                 name, args = calls[position]
                 getattr(self, name)(*args)
                 position += 1

@@ -6,14 +6,15 @@ No model call ever happens inside these transactions: the engine calls models be
 
 With ``write_behind`` (how ``run_execute_async`` executes a run when nothing else listens to
 it), a callback is taken, not waited for: one writer task stores the callbacks in the order they
-came, and whatever has come while it stored the last ones is stored together in one hop to the
-database thread (on SQLite in one transaction, each callback in a savepoint of its own). A model
-call takes far longer than storing, so a live run's callbacks are each stored as they come; only
-callbacks that come faster than they can be stored wait for one another, and then they cost one
-hop and one commit between them instead of one each. A step's start is waited for (with what
-came before it), as its model is called when it returns: a step whose model was called is never
-recorded as not run, and no model is called for a step once storing found the run cancelled or
-taken over.
+came. A callback taken while nothing is being stored waits ``WRITE_WINDOW_SECONDS`` for those
+that follow it, and whatever has come meanwhile is stored together in one hop to the database
+thread (``RunRecorder.record``: one transaction, all or none; on PostgreSQL one round trip). A
+model call takes far longer than storing, so a live run's callbacks are each stored within
+milliseconds of coming; only callbacks that come faster than they can be stored wait for one
+another, and then they cost one hop and one commit between them instead of one each. A step's
+start is waited for (with what came before it), as its model is called when it returns: a step
+whose model was called is never recorded as not run, and no model is called for a step once
+storing found the run cancelled or taken over.
 
 What storing raised (the run was cancelled or finished elsewhere, taken over, a database error)
 is raised by the next callback, and the execution is stopped at once through ``stop`` (its task

@@ -206,26 +206,26 @@ def executing(run, sim_pool, delivered) -> RunRecorder:
     )
 
 
+@pytest.mark.django_db(transaction=True)
 def test_callbacks_taken_together_are_stored_in_one_round_trip(
-    run, executing, delivered, statements, together, django_capture_on_commit_callbacks
+    run, executing, delivered, statements, together
 ):
     recorder, records = executing, step_records()
-    with django_capture_on_commit_callbacks(execute=True):
-        recorder.record(
-            [
-                ("planning", (0,)),
-                ("plan_created", (plan_record(), records)),
-                ("step_started", (records[0],)),
-            ]
-        )
-        recorder.record(
-            [
-                ("step_result", (finished(records[0], "80 - 30 = 50"),)),
-                ("step_started", (records[1],)),
-                ("step_result", (finished(records[1], "ANSWER: 50"),)),
-                ("run_finished", (succeeded(records), 1.0)),
-            ]
-        )
+    recorder.record(
+        [
+            ("planning", (0,)),
+            ("plan_created", (plan_record(), records)),
+            ("step_started", (records[0],)),
+        ]
+    )
+    recorder.record(
+        [
+            ("step_result", (finished(records[0], "80 - 30 = 50"),)),
+            ("step_started", (records[1],)),
+            ("step_result", (finished(records[1], "ANSWER: 50"),)),
+            ("run_finished", (succeeded(records), 1.0)),
+        ]
+    )
 
     assert together == [3, 4] and "advance_seq_storing" not in statements
     created, ran = ["step.created"] * 2, ["step.started", "step.finished"] * 2
@@ -243,28 +243,38 @@ def test_callbacks_taken_together_are_stored_in_one_round_trip(
     assert steps[1].reads == [steps[0].pk]
 
 
-def test_one_refused_refuses_all_taken_together_and_they_are_stored_one_by_one(
-    run, executing, delivered, statements, together, django_capture_on_commit_callbacks
+def _kept_by(recorder: RunRecorder, run: Run) -> None:
+    """What the recorder keeps is what the database holds."""
+    run.refresh_from_db()
+    assert recorder.status == run.status
+    assert recorder.totals == {field: getattr(run, field) for field in recorder.totals}
+    for step in Step.objects.filter(run=run):
+        kept = recorder.steps[(step.round, step.index)]
+        assert (kept.pk, kept.status, kept.response) == (step.pk, step.status, step.response)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_step_that_has_its_result_refuses_all_taken_together_then_they_go_one_by_one(
+    run, executing, delivered, statements, together
 ):
     recorder, records = executing, step_records()
-    with django_capture_on_commit_callbacks(execute=True):
-        recorder.record([("planning", (0,)), ("plan_created", (plan_record(), records))])
-        # Another execution stored step 0's result (unknown to this recorder): storing it again
-        # is refused, and with it what came before it in the same round trip.
-        other = RunRecorder(
-            run_id=run.pk,
-            worker_ids=recorder.worker_ids,
-            steps=Step.objects.filter(run=run),
-            status="planning",
-        )
-        other.step_result(finished(step_records()[0], "first", tokens_in=10))
-        recorder.record(
-            [
-                ("step_started", (records[1],)),
-                ("step_result", (finished(records[0], "second", tokens_in=999),)),
-                ("step_result", (finished(records[1], "ANSWER: 50"),)),
-            ]
-        )
+    recorder.record([("planning", (0,)), ("plan_created", (plan_record(), records))])
+    # Another execution stored step 0's result (this recorder does not know it; its totals
+    # are the row's, so only the result itself is refused).
+    other = RunRecorder(
+        run_id=run.pk, worker_ids=recorder.worker_ids, steps=Step.objects.filter(run=run),
+        status="planning",
+    )  # fmt: skip
+    other.step_result(finished(step_records()[0], "first", tokens_in=10))
+    run.refresh_from_db()
+    recorder.totals = {field: getattr(run, field) for field in recorder.totals}
+    recorder.record(
+        [
+            ("step_started", (records[1],)),
+            ("step_result", (finished(records[1], "ANSWER: 50"),)),
+            ("step_result", (finished(records[0], "second", tokens_in=999),)),  # refused
+        ]
+    )
 
     assert together == [2, 3]
     # The second round trip refused: its three callbacks then went one by one (after the one
@@ -275,8 +285,62 @@ def test_one_refused_refuses_all_taken_together_and_they_are_stored_one_by_one(
     assert (step_1.status, step_1.response) == ("succeeded", "ANSWER: 50")
     run.refresh_from_db()
     assert run.tokens_in == 100 + 10 + 10  # the plan's, step 0's first result, step 1's
-    seqs = [seq for seq, _ in stored_events(run)]
-    assert seqs == list(range(1, run.last_seq + 1))
+    assert [seq for seq, _ in stored_events(run)] == list(range(1, run.last_seq + 1))
     # This recorder announced step 1's result only (the other execution, step 0's).
     assert [e["step"]["index"] for e in delivered if e["type"] == "step.finished"] == [1]
-    assert recorder.totals["tokens_in"] == run.tokens_in  # what it keeps went back, then on
+    recorder.steps[(0, 0)].refresh_from_db()  # the other execution's result, unknown here
+    _kept_by(recorder, run)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_callback_that_fails_while_taken_stores_those_before_it_and_raises(
+    run, executing, delivered, together
+):
+    recorder, records = executing, step_records()
+    recorder.record([("planning", (0,)), ("plan_created", (plan_record(), records))])
+    Step.objects.filter(run=run, index=1).delete()  # gone, unknown to the recorder
+    recorder.steps.pop((0, 1))
+
+    with pytest.raises(Step.DoesNotExist):
+        recorder.record(
+            [
+                ("step_started", (records[0],)),
+                ("step_result", (finished(records[0], "50", tokens_in=10),)),
+                ("step_started", (records[1],)),  # its row is read, and is not there
+                ("step_result", (finished(records[1], "never"),)),
+            ]
+        )
+
+    assert together == [2]  # the first two were never sent together: stored one by one
+    step_0 = Step.objects.get(run=run, index=0)
+    assert (step_0.status, step_0.response) == ("succeeded", "50")
+    types = [t for _, t in stored_events(run)]
+    assert types[-2:] == ["step.started", "step.finished"]
+    assert [(e["seq"], e["type"]) for e in delivered] == stored_events(run)
+    _kept_by(recorder, run)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_statements_sent_together_keep_nothing_when_one_fails_before_it_is_sent(run):
+    from django.db import connection
+    from django.utils import timezone
+
+    def adding(tokens, *extra):
+        return sql.storing_statement(
+            run.pk,
+            assignments=["tokens_in = tokens_in + %s", *extra],
+            assignment_params=[tokens],
+            created_at=sql.db_datetime(timezone.now()),
+        )
+
+    first = adding(5)
+    unsendable = (adding(7)[0], [*adding(7)[1][:-1], object()])  # cannot be sent
+    with pytest.raises(Exception, match="adapt|object"):
+        sql.advance_seq_storing_together([first, unsendable])
+
+    run.refresh_from_db()
+    assert run.tokens_in == 0 and run.last_seq == 0  # the first, queued before, not kept
+    assert connection.connection.info.transaction_status.name == "IDLE"
+    assert sql.advance_seq_storing_together([first]) == [0]  # the connection goes on
+    run.refresh_from_db()
+    assert run.tokens_in == 5

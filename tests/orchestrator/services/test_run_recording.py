@@ -286,36 +286,43 @@ def test_callbacks_stored_together_keep_those_before_the_one_that_raises(
     run, delivered, recorder_for, django_capture_on_commit_callbacks, monkeypatch
 ):
     """Stored together they are refused as a whole (the cancel below comes before them all),
-    then stored one by one: those before the refused one are kept, as when each came alone.
+    then stored one by one: those before the refused one are kept, as when each came alone,
+    and what the recorder keeps is what the database holds.
     (PostgreSQL's round trip: tests/production/test_stored_path_postgres.py.)"""
     recorder, records = recorder_for(status=run.status), step_records()
-    store_result = RunRecorder.step_result
+    store_start = RunRecorder.step_started
 
     def cancelled_first(recorder, record):
-        # A person cancels right before the result is stored (each time: with the others,
-        # undone with them; then alone, committed before the result is refused).
-        Run.objects.filter(pk=run.pk).update(status=Run.Status.CANCELLED)
-        return store_result(recorder, record)
+        # A person cancels right before step 1's start is stored (each time: with the others,
+        # undone with them; then alone, committed before the start is refused).
+        if record.index == 1:
+            Run.objects.filter(pk=run.pk).update(status=Run.Status.CANCELLED)
+        return store_start(recorder, record)
 
-    monkeypatch.setattr(RunRecorder, "step_result", cancelled_first)
+    monkeypatch.setattr(RunRecorder, "step_started", cancelled_first)
 
+    with django_capture_on_commit_callbacks(execute=True):
+        recorder.record([("planning", (0,)), ("plan_created", (plan_record(), records))])
     with django_capture_on_commit_callbacks(execute=True), pytest.raises(RunCancelled):
         recorder.record(
             [
-                ("planning", (0,)),
-                ("plan_created", (plan_record(), records)),
-                ("step_result", (finished(records[0], "too late"),)),
-                ("step_started", (records[1],)),  # after the one that raised: not stored
+                ("step_started", (records[0],)),
+                ("step_result", (finished(records[0], "50", tokens_in=10),)),
+                ("step_started", (records[1],)),
+                ("step_result", (finished(records[1], "ANSWER: 50"),)),  # after: not stored
             ]
         )
 
-    types = ["run.status", "plan.created", "step.created", "step.created"]
+    types = ["run.status", "plan.created", "step.created", "step.created", "run.status"]
+    types += ["step.started", "step.finished"]
     assert stored_events(run) == list(enumerate(types, start=1))
     assert [(event["seq"], event["type"]) for event in delivered] == stored_events(run)
     run.refresh_from_db()
-    assert (run.status, run.last_seq, run.tokens_out) == ("cancelled", 4, 20)  # the plan's
+    assert (run.status, run.last_seq, run.tokens_in) == ("cancelled", 7, 100 + 10)
     steps = Step.objects.filter(run=run).order_by("index").values_list("status", "response")
-    assert list(steps) == [("pending", ""), ("pending", "")]
+    assert list(steps) == [("succeeded", "50"), ("pending", "")]
+    assert recorder.totals["tokens_in"] == run.tokens_in
+    assert [recorder.steps[(0, i)].status for i in (0, 1)] == ["succeeded", "pending"]
 
 
 @pytest.mark.django_db(transaction=True)
