@@ -156,47 +156,16 @@ def can_store_in_one_statement() -> bool:
     return connection.vendor == "postgresql"
 
 
-def advance_seq_storing(
-    run_id: int,
-    *,
-    step_sql: str = "",
-    step_params: Sequence[Any] = (),
-    assignments: Sequence[str] = (),
-    assignment_params: Sequence[Any] = (),
-    conditions: Sequence[str] = (),
-    condition_params: Sequence[Any] = (),
-    events: Sequence[dict[str, Any]] = (),
-    created_at: Any,
-    quiet_without_step: bool = False,
-    inserts: Sequence[tuple[str, Sequence[Any]]] = (),
-) -> int | None:
-    """One engine callback in one statement (PostgreSQL; see ``can_store_in_one_statement``):
-    the UPDATE ``step_sql`` of a step row (``... RETURNING id``), then the UPDATE of the run row
-    that takes the seqs of ``events`` (with ``assignments``, where ``conditions`` hold, and only
-    if the step's row was updated), then the INSERT of the events, each given its seq by the
-    database. ``inserts`` are INSERTs of new rows (whose ids were allocated) made by the same
-    statement, undone with it. Outside a transaction the statement commits by itself: no BEGIN,
-    no COMMIT, one round trip where the general way takes five to seven.
+def advance_seq_storing(statement: tuple[str, Sequence[Any]]) -> int | None:
+    """Run one statement of ``storing_statement`` by itself. Outside a transaction it commits by
+    itself: no BEGIN, no COMMIT, one round trip where the general way takes five to seven.
 
-    ``events`` are the stored events without their ``seq``. The step's row is updated before
-    the run's, the order every writer locks them in (``services/ending.py``). Returns the run's
-    new last_seq; None if the step's row matched nothing and ``quiet_without_step`` (then
-    nothing was written). Raises NotStoredInOneStatement, having written nothing, if the run's
-    row matched nothing, or the step's row matched nothing without ``quiet_without_step``.
+    Returns the run's new last_seq; None if the step's row matched nothing and the statement was
+    built ``quiet_without_step`` (then nothing was written). Raises NotStoredInOneStatement,
+    having written nothing, if the run's row matched nothing, or the step's row matched nothing
+    without ``quiet_without_step``.
     """
-    sql, params = storing_statement(
-        run_id,
-        step_sql=step_sql,
-        step_params=step_params,
-        assignments=assignments,
-        assignment_params=assignment_params,
-        conditions=conditions,
-        condition_params=condition_params,
-        events=events,
-        created_at=created_at,
-        quiet_without_step=quiet_without_step,
-        inserts=inserts,
-    )
+    sql, params = statement
     try:
         # In a transaction (tests, a caller's atomic block), a savepoint to undo to.
         savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
@@ -274,7 +243,20 @@ def storing_statement(
     quiet_without_step: bool = False,
     inserts: Sequence[tuple[str, Sequence[Any]]] = (),
 ) -> tuple[str, list[Any]]:
-    """The statement of ``advance_seq_storing`` and its parameters (see there)."""
+    """One engine callback in one statement (PostgreSQL; see ``can_store_in_one_statement``),
+    and its parameters: the UPDATE ``step_sql`` of a step row (``... RETURNING id``), then the
+    UPDATE of the run row that takes the seqs of ``events`` (with ``assignments``, where
+    ``conditions`` hold, and only if the step's row was updated), then the INSERT of the events,
+    each given its seq by the database. ``inserts`` are INSERTs of new rows (whose ids were
+    allocated) made by the same statement, undone with it. Run by ``advance_seq_storing``, or
+    with others by ``advance_seq_storing_together``.
+
+    ``events`` are the stored events without their ``seq``. The step's row is updated before
+    the run's, the order every writer locks them in (``services/ending.py``). The statement
+    returns the run's new last_seq, and divides by zero (undoing itself) when the rows are not
+    as the caller expected: the run's row matched nothing, or the step's row matched nothing
+    without ``quiet_without_step``.
+    """
     count = len(events)
     params: list[Any] = []
     parts: list[str] = []

@@ -299,7 +299,7 @@ class RunRecorder:
             last_seq = DEFERRED
         else:
             last_seq = advance_seq_storing(
-                self.run_id, **statement, quiet_without_step=quiet_without_step
+                storing_statement(self.run_id, **statement, quiet_without_step=quiet_without_step)
             )
             if last_seq is None:
                 return None
