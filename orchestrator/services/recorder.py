@@ -253,7 +253,8 @@ class RunRecorder:
         the step's row, the new rows of ``inserts``, the run's row (only while its totals are what
         this recorder last read, so the totals in ``items`` are the row's, and ``condition``
         holds; with ``sets`` too), the events. Returns the run's new last_seq (None: no step row
-        matched, nothing written). Raises NotStoredInOneStatement when the caller must store the
+        matched, nothing written; ``DEFERRED`` while callbacks are taken together: it is sent with
+        them by ``record``). Raises NotStoredInOneStatement when the caller must store the
         callback the general way, which has nothing written to undo."""
         add = add or {}
         assignments, assignment_params = _run_assignments(add, move_to)
@@ -307,7 +308,7 @@ class RunRecorder:
             self.totals[field] += amount
         if move_to is not None:
             self.status = move_to
-        if last_seq is not DEFERRED:
+        if last_seq != DEFERRED:
             stored(last_seq)
         return last_seq
 
