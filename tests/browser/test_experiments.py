@@ -60,10 +60,14 @@ def test_start_an_experiment_watch_it_finish_and_open_its_runs(page):
     seen: list[int] = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        value = int(page.evaluate("document.getElementById('experiment-progress').value"))
-        if not seen or value != seen[-1]:
-            seen.append(value)
-        if page.inner_text("#experiment-status") == "finished":
+        # Read together: the page may update between two separate reads.
+        value, status = page.evaluate(
+            "[document.getElementById('experiment-progress').value,"
+            " document.getElementById('experiment-status').textContent.trim()]"
+        )
+        if not seen or int(value) != seen[-1]:
+            seen.append(int(value))
+        if status == "finished":
             break
         time.sleep(0.1)
     assert page.inner_text("#experiment-status") == "finished", seen
