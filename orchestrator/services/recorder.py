@@ -461,27 +461,32 @@ class RunRecorder:
                 getattr(self, name)(*args)
                 position += 1
 
-    def _atomic(self) -> Any:
-        """A callback's transaction: its own, or part of the one of callbacks stored together
-        (no savepoint: if one raises, they are all undone and stored again one by one)."""
-        return transaction.atomic(savepoint=not self._together)
-
-    def _general_way(self) -> None:
-        """Called where a callback is about to be stored the general way."""
+    def _general_transaction(self) -> Any:
+        """The transaction of a callback stored the general way: its own, or part of the one of
+        callbacks stored together on SQLite (no savepoint: if one raises, they are all undone
+        and stored again one by one). While statements are deferred (PostgreSQL) it raises
+        _NotDeferred instead: the callback goes alone, after those."""
         if self._deferred is not None:
             raise _NotDeferred
+        return transaction.atomic(savepoint=not self._together)
+
+    @property
+    def _undoable(self) -> bool:
+        """Whether what this recorder changes now is undone if the callbacks stored together
+        with this one are refused."""
+        return self._deferred is not None or self._together
 
     def _steps_added(self, rows: list[Step]) -> None:
         """Keep new step rows (forgotten again if the callbacks stored together are refused)."""
         self.steps.update({(row.round, row.index): row for row in rows})
-        if self._deferred is not None or self._together:
+        if self._undoable:
             added = [(row.round, row.index) for row in rows]
             self._undo.append(lambda: [self.steps.pop(key, None) for key in added])
 
     def _set_row(self, row: Step, values: dict[str, Any]) -> None:
         """Set ``values`` on a step's row kept here (undone if the callbacks stored together
         with this one are refused)."""
-        if self._deferred is not None or self._together:
+        if self._undoable:
             before = {field: getattr(row, field) for field in values}
             self._undo.append(lambda: _set(row, before))
         _set(row, values)
@@ -499,8 +504,7 @@ class RunRecorder:
                 return
             except NotStoredInOneStatement:
                 pass  # finished or taken over: the general way tells which
-        self._general_way()
-        with self._atomic():
+        with self._general_transaction():
             last_seq, moved = self._advance_run(event_count=0, move_to=Run.Status.PLANNING)
             if moved:
                 self._publish([(wire.RUN_STATUS, {"status": str(Run.Status.PLANNING)})], last_seq)
@@ -525,8 +529,7 @@ class RunRecorder:
                 return
             except NotStoredInOneStatement:
                 pass  # finished or taken over: the general way tells which
-        self._general_way()
-        with self._atomic():
+        with self._general_transaction():
             last_seq, _ = self._advance_run(event_count=len(plan_rows) + len(new_steps), add=usage)
             items = self._store_plans(plan_rows)
             if new_steps:
@@ -658,8 +661,7 @@ class RunRecorder:
                 return
             except NotStoredInOneStatement:
                 pass  # the general way below tells what happened
-        self._general_way()
-        with self._atomic():
+        with self._general_transaction():
             written = False
             if row.status != Step.Status.SUCCEEDED:  # a stored result is kept
                 with connection.cursor() as cursor:
@@ -736,8 +738,7 @@ class RunRecorder:
                 return
             except NotStoredInOneStatement:
                 pass  # the run finished or was taken over: the general way below raises
-        self._general_way()
-        with self._atomic():
+        with self._general_transaction():
             with connection.cursor() as cursor:
                 cursor.execute(_STEP_RESULT_SQL, params)
                 if cursor.rowcount != 1:
@@ -806,8 +807,7 @@ class RunRecorder:
                 return
             except NotStoredInOneStatement:
                 pass  # finished elsewhere, taken over, or a step is open: the general way
-        self._general_way()
-        with self._atomic():
+        with self._general_transaction():
             open_steps = lock_open_steps(run_id=self.run_id)
             row = advance_seq(
                 self.run_id,

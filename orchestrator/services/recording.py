@@ -155,7 +155,6 @@ class RecordingObserver:
             except BaseException as error:  # noqa: BLE001 (raised by the next callback)
                 self.stopped_by = error
                 self._pending.clear()
-                self._stored = self._taken
                 if self.stop is not None:
                     self.stop()
                 return
@@ -188,11 +187,15 @@ class RecordingObserver:
         """How many callbacks this observer has taken (stored, or to be stored in order)."""
         return self._taken
 
-    async def written(self) -> None:
-        """Wait until every callback taken is stored; raise what storing raised."""
+    async def _writer_done(self) -> None:
+        """Have what was taken stored now, and wait until the writer is done with it."""
         self._start_writing()
         while self._writer is not None and not self._writer.done():
             await asyncio.shield(self._writer)
+
+    async def written(self) -> None:
+        """Wait until every callback taken is stored; raise what storing raised."""
+        await self._writer_done()
         if self.stopped_by is not None:
             raise self.stopped_by
 
@@ -232,9 +235,7 @@ class RecordingObserver:
     async def flush(self) -> None:
         """Wait until the callbacks taken are stored (what storing raised is not raised here),
         then send every committed event not sent yet, in seq order; raise if a send failed."""
-        self._start_writing()
-        while self._writer is not None and not self._writer.done():
-            await asyncio.shield(self._writer)
+        await self._writer_done()
         self._start_sending()
         while self._sender is not None and not self._sender.done():
             await asyncio.shield(self._sender)

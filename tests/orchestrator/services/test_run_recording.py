@@ -285,7 +285,7 @@ async def test_the_observer_sends_each_callbacks_events_after_its_commit_in_orde
 def test_callbacks_stored_together_keep_those_before_the_one_that_raises(
     run, delivered, recorder_for, django_capture_on_commit_callbacks, monkeypatch
 ):
-    """Stored together they are refused as a whole (the cancel below comes before them all),
+    """Stored together they are refused as a whole (a cancel lands before step 1's start),
     then stored one by one: those before the refused one are kept, as when each came alone,
     and what the recorder keeps is what the database holds.
     SQLite: the cancel lands inside the transaction of the callbacks stored together.
