@@ -16,12 +16,12 @@ from typing import Any, Final
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from orchestrator import delivery, wire
 from orchestrator.models import Run, RunEvent
-from orchestrator.sql import advance_seq
+from orchestrator.sql import advance_seq, db_datetime, hot_cursor, json_param
 
 # The channel-layer message types; Channels routes them to the consumer's ``run_event`` and
 # ``run_events`` handlers (several events of one run, in seq order, in one message).
@@ -73,29 +73,42 @@ def store_events(
     Async callers pass a ``deliver`` that queues the events and send them from their own loop
     with ``send_async``. Call it inside ``transaction.atomic``. Returns the events.
     """
+    events = numbered(run_id, items, last_seq=last_seq)
+    insert_events(events, deliver=deliver)
+    return events
+
+
+def numbered(
+    run_id: int, items: Sequence[tuple[str, Any]], *, last_seq: int
+) -> list[dict[str, Any]]:
+    """The events of ``items`` (``(type, data)``) of a run, numbered up to ``last_seq``."""
     for type, _ in items:
         if type not in wire.EVENT_SHAPES:
             raise ValueError(f"unknown event type {type!r}")
-    if not items:
-        return []
     first = last_seq - len(items) + 1
-    events = [
+    return [
         {"type": type, "run": run_id, "seq": first + offset, **data}
         for offset, (type, data) in enumerate(items)
     ]
-    created_at = connection.ops.adapt_datetimefield_value(timezone.now())
+
+
+def insert_events(events: Sequence[dict[str, Any]], *, deliver: Deliver | None = None) -> None:
+    """Insert numbered events (``numbered``) in one statement, and hand them to ``deliver`` once
+    the transaction commits (``store_events``)."""
+    if not events:
+        return
+    created_at = db_datetime(timezone.now())
     params: list[Any] = []
     for event in events:
-        params += [run_id, event["seq"], event["type"], _data_for_db(event), created_at]
+        params += [event["run"], event["seq"], event["type"], _data_for_db(event), created_at]
     # Plain SQL: the ORM's bulk_create costs more to build than the insert costs to run.
     rows = ", ".join(["(%s, %s, %s, %s, %s)"] * len(events))
-    with connection.cursor() as cursor:
+    with hot_cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {_EVENT_TABLE} (run_id, seq, type, data, created_at) VALUES {rows}",
             params,
         )
-    deliver_on_commit(events, deliver)
-    return events
+    deliver_on_commit(list(events), deliver)
 
 
 def deliver_on_commit(events: list[dict[str, Any]], deliver: Deliver | None = None) -> None:
@@ -111,7 +124,7 @@ _EVENT_DATA = RunEvent._meta.get_field("data")
 
 
 def _data_for_db(event: dict[str, Any]) -> Any:
-    return _EVENT_DATA.get_db_prep_save(event, connection)
+    return json_param(_EVENT_DATA, event)
 
 
 def send(event: dict[str, Any]) -> None:

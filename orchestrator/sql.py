@@ -6,11 +6,15 @@ them. Everything here works on PostgreSQL and SQLite (with or without ``RETURNIN
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext, suppress
+import datetime
+import json
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext, suppress
+from functools import lru_cache
 from typing import Any
 
-from django.db import DataError, connection, models, transaction
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, DataError, connection, connections, models, transaction
 
 from orchestrator.models import Run, RunEvent
 
@@ -20,16 +24,96 @@ _EVENT_DATA = RunEvent._meta.get_field("data")
 _INSERT_BATCH = 500
 
 
+def current() -> Any:
+    """This thread's connection to the default database. ``django.db.connection`` looks it up
+    again on every attribute read (a lookup in a thread- and context-local store): a function
+    here that reads several looks it up once."""
+    return connections[DEFAULT_DB_ALIAS]
+
+
 def can_return() -> bool:
     """Whether UPDATE/INSERT ... RETURNING works here (PostgreSQL; SQLite 3.35 and later)."""
-    return connection.vendor == "postgresql" or (
-        connection.vendor == "sqlite" and connection.features.can_return_columns_from_insert
+    db = current()
+    return db.vendor == "postgresql" or (
+        db.vendor == "sqlite" and db.features.can_return_columns_from_insert
     )
 
 
 def db_datetime(value: Any) -> Any:
     """A datetime as this database's driver takes it in plain SQL (what the ORM would send)."""
-    return connection.ops.adapt_datetimefield_value(value)
+    db = current()
+    if type(value) is datetime.datetime and value.tzinfo is datetime.UTC and db.vendor == "sqlite":
+        # What SQLite's adapt_datetimefield_value makes of an aware UTC datetime (the site runs
+        # with USE_TZ and the database in UTC), without its settings lookups.
+        return str(value.replace(tzinfo=None))
+    return db.ops.adapt_datetimefield_value(value)
+
+
+def json_param(field: models.Field, value: Any) -> Any:
+    """The value of JSON ``field`` as this database's driver takes it in plain SQL (what the ORM
+    would send): on SQLite its JSON text, as Django writes it (no field here has an encoder)."""
+    db = current()
+    if db.vendor == "sqlite" and getattr(field, "encoder", None) is None:
+        return None if value is None else json.dumps(value)
+    return field.get_db_prep_save(value, db)
+
+
+@contextmanager
+def hot_cursor() -> Iterator[Any]:
+    """A cursor for the statements of the hot path (storing a run as it executes, claiming and
+    loading it), taking the site's ``%s`` placeholders; errors are Django's, as from any cursor.
+
+    On SQLite it is the driver's own cursor, the placeholders converted once per statement text:
+    Django's cursor wrapper (its checks, the conversion on every call, the lookups of the
+    connection) cost about twice what SQLite takes to run a short statement. Its statements are
+    not in Django's query log. Elsewhere it is Django's cursor.
+    """
+    db = current()
+    if db.vendor != "sqlite":
+        with db.cursor() as cursor:
+            yield cursor
+        return
+    db.ensure_connection()
+    with db.wrap_database_errors:
+        cursor = db.connection.cursor()
+        try:
+            yield _QmarkCursor(cursor)
+        finally:
+            cursor.close()
+
+
+class _QmarkCursor:
+    """A SQLite driver cursor that takes ``%s`` placeholders (``hot_cursor``)."""
+
+    __slots__ = ("cursor",)
+
+    def __init__(self, cursor: Any) -> None:
+        self.cursor = cursor
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.cursor.execute(_qmark(sql), params)
+
+    def executemany(self, sql: str, param_list: Sequence[Sequence[Any]]) -> None:
+        self.cursor.executemany(_qmark(sql), param_list)
+
+    @property
+    def rowcount(self) -> int:
+        return int(self.cursor.rowcount)
+
+    def fetchone(self) -> Any:
+        return self.cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return list(self.cursor.fetchall())
+
+
+@lru_cache(maxsize=512)
+def _qmark(sql: str) -> str:
+    """``sql`` with its ``%s`` placeholders as SQLite's ``?`` (what Django's SQLite cursor does
+    to every statement it runs)."""
+    from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
+
+    return FORMAT_QMARK_REGEX.sub("?", sql).replace("%%", "%")
 
 
 def update_returning(
@@ -37,7 +121,7 @@ def update_returning(
 ) -> tuple | None:
     """Run an UPDATE of the one row ``id`` of ``table`` and read back ``returning`` from it (in
     the same statement where the database can); None if the UPDATE matched no row."""
-    with connection.cursor() as cursor:
+    with hot_cursor() as cursor:
         if can_return():
             cursor.execute(f"{sql} RETURNING {returning}", params)
             rows = cursor.fetchall()
@@ -85,18 +169,19 @@ def insert_rows(rows: list[Any]) -> None:
     if not can_return():
         model.objects.bulk_create(rows)
         return
+    db = current()
     fields = [field for field in model._meta.local_concrete_fields if not field.primary_key]
-    quote = connection.ops.quote_name
+    quote = db.ops.quote_name
     columns = ", ".join(quote(field.column) for field in fields)
     one_row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     for start in range(0, len(rows), _INSERT_BATCH):
         batch = rows[start : start + _INSERT_BATCH]
         params = [
-            field.get_db_prep_save(field.pre_save(row, True), connection)
+            field.get_db_prep_save(field.pre_save(row, True), db)
             for row in batch
             for field in fields
         ]
-        with connection.cursor() as cursor:
+        with hot_cursor() as cursor:
             cursor.execute(
                 f"INSERT INTO {quote(model._meta.db_table)} ({columns}) "
                 f"VALUES {', '.join([one_row] * len(batch))} "
@@ -107,7 +192,7 @@ def insert_rows(rows: list[Any]) -> None:
         for row, (pk,) in zip(batch, ids, strict=True):
             row.pk = pk
             row._state.adding = False
-            row._state.db = connection.alias
+            row._state.db = db.alias
 
 
 def allocate_ids(counts: Sequence[tuple[type[models.Model], int]]) -> list[list[int]]:
@@ -126,15 +211,14 @@ def allocate_ids(counts: Sequence[tuple[type[models.Model], int]]) -> list[list[
 
 def insert_statement(rows: Sequence[Any]) -> tuple[str, list[Any]]:
     """The INSERT of rows of one model whose ids are set (``allocate_ids``), ids included."""
+    db = current()
     model = type(rows[0])
     fields = list(model._meta.local_concrete_fields)
-    quote = connection.ops.quote_name
+    quote = db.ops.quote_name
     columns = ", ".join(quote(field.column) for field in fields)
     one_row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     params = [
-        field.get_db_prep_save(field.pre_save(row, True), connection)
-        for row in rows
-        for field in fields
+        field.get_db_prep_save(field.pre_save(row, True), db) for row in rows for field in fields
     ]
     sql = (
         f"INSERT INTO {quote(model._meta.db_table)} ({columns}) "
@@ -153,7 +237,7 @@ def can_store_in_one_statement() -> bool:
     """Whether ``advance_seq_storing`` works here: PostgreSQL, whose UPDATE and INSERT can be
     parts of one statement (``WITH``). SQLite runs its statements in process, without a round
     trip to save."""
-    return connection.vendor == "postgresql"
+    return current().vendor == "postgresql"
 
 
 def advance_seq_storing(statement: tuple[str, Sequence[Any]]) -> int | None:
@@ -190,6 +274,7 @@ def advance_seq_storing_together(statements: Sequence[tuple[str, Sequence[Any]]]
     connection.ensure_connection()
     raw = connection.connection
     cursors: list[psycopg.Cursor[Any]] = []
+    prepared = settings.CONDUCTOR_DB_PREPARED_STATEMENTS
 
     def send(*, begin: bool) -> None:
         with connection.wrap_database_errors, raw.pipeline():
@@ -198,7 +283,7 @@ def advance_seq_storing_together(statements: Sequence[tuple[str, Sequence[Any]]]
             for sql, params in statements:
                 cursor = psycopg.Cursor(raw)
                 cursors.append(cursor)
-                cursor.execute(sql, params, prepare=False)
+                cursor.execute(sql, params, prepare=prepared)
             if begin:
                 psycopg.Cursor(raw).execute("COMMIT")
 
@@ -284,8 +369,9 @@ def storing_statement(
             ") AS numbered)"
         )
         params += [run_id, created_at, count]
+        db = current()
         for event in events:
-            params += [event["type"], _EVENT_DATA.get_db_prep_save(event, connection)]
+            params += [event["type"], _EVENT_DATA.get_db_prep_save(event, db)]
     # A division by zero (nothing else divides here) undoes the whole statement when what it
     # found is not what the caller expected; see NotStoredInOneStatement.
     step_count = "(SELECT count(*) FROM step_row)" if step_sql else "1"
@@ -303,14 +389,15 @@ def storing_statement(
 def fetch_bound(sql: str, params: Sequence[Any]) -> list[tuple]:
     """Run one statement whose parameters go apart from its text, and return its rows
     (PostgreSQL; the site's cursors quote every parameter into the text in Python, about a fifth
-    of the CPU of a hot-path statement with its dozens of parameters). Unnamed statements, never
-    prepared: fine behind PgBouncer's transaction mode. Errors are Django's, as from any
-    cursor."""
+    of the CPU of a hot-path statement with its dozens of parameters). Prepared once per
+    connection and statement text (``CONDUCTOR_DB_PREPARED_STATEMENTS``: not behind PgBouncer in
+    transaction mode). Errors are Django's, as from any cursor."""
     import psycopg
 
-    connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params, prepare=False)
+    db = current()
+    db.ensure_connection()
+    with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
+        cursor.execute(sql, params, prepare=settings.CONDUCTOR_DB_PREPARED_STATEMENTS)
         return cursor.fetchall()
 
 
@@ -338,13 +425,14 @@ class ModelColumns:
 
     def instance(self, values: Sequence[Any]) -> Any:
         """A model instance from this model's columns, in ``sql``'s order."""
+        db = current()
         values = list(values)
         for position, converters, column in self.converters:
             value = values[position]
             for converter in converters:
-                value = converter(value, column, connection)
+                value = converter(value, column, db)
             values[position] = value
-        return self.model.from_db(connection.alias, self.attnames, values)
+        return self.model.from_db(db.alias, self.attnames, values)
 
 
 _model_columns: dict[tuple[type[models.Model], str], ModelColumns] = {}
@@ -352,7 +440,7 @@ _model_columns: dict[tuple[type[models.Model], str], ModelColumns] = {}
 
 def model_columns(model: type[models.Model]) -> ModelColumns:
     """``ModelColumns`` of ``model`` on the database in use (built once)."""
-    key = (model, connection.vendor)
+    key = (model, current().vendor)
     columns = _model_columns.get(key)
     if columns is None:
         columns = _model_columns[key] = ModelColumns(model)

@@ -150,6 +150,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Behind PgBouncer in transaction mode a server-side cursor cannot outlive its transaction.
     if env_flag("CONDUCTOR_DB_TRANSACTION_POOLER"):
         DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+# The statements that store a run as it executes are prepared on PostgreSQL, once per connection
+# (parsing and planning them cost the server more than running them). Not behind PgBouncer in
+# transaction mode: a statement prepared on one server connection is not there on the next.
+CONDUCTOR_DB_PREPARED_STATEMENTS = not env_flag("CONDUCTOR_DB_TRANSACTION_POOLER")
+if CONDUCTOR_DB_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # psycopg prepares a statement that asks for it only once a threshold is set (Django sets
+    # none). Django's own cursors bind on the client and never ask; this one is never reached.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
 # --- end of database connections -----------------------------------------------------------------
 
 if REDIS_URL:

@@ -12,6 +12,7 @@ from django.utils import timezone
 from orchestrator import events, wire
 from orchestrator.engine.scheduler import end_reason
 from orchestrator.models import Run, Step
+from orchestrator.sql import hot_cursor
 
 
 def run_end_reason(status: str, error: str = "") -> str:
@@ -32,7 +33,7 @@ def lock_open_steps(*, run_id: int) -> list[tuple[int, str]]:
     """
     # Plain SQL: every run's end runs it, and the ORM took longer to build it than to run it.
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    with connection.cursor() as cursor:
+    with hot_cursor() as cursor:
         cursor.execute(
             f"SELECT id, status FROM {_STEP_TABLE} WHERE run_id = %s AND status IN (%s, %s) "
             f'ORDER BY round, "index"{lock}',

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from django.db import connection, transaction
@@ -36,8 +37,10 @@ from orchestrator.sql import (
     allocate_ids,
     can_store_in_one_statement,
     db_datetime,
+    hot_cursor,
     insert_rows,
     insert_statement,
+    json_param,
     storing_statement,
 )
 
@@ -89,6 +92,21 @@ class RunTakenOver(Exception):
 DEFERRED = -1
 
 
+class _Held:
+    """What callbacks stored together on SQLite have done to the run's row and its events since
+    the transaction's first write to the row, written by ``RunRecorder._release_held`` in one
+    UPDATE and one INSERT. Nothing else can write the row meanwhile: SQLite lets one writer in at
+    a time, from its first write to its commit."""
+
+    __slots__ = ("changed", "events", "first_seq", "last_seq", "started_at")
+
+    def __init__(self, last_seq: int) -> None:
+        self.first_seq = self.last_seq = last_seq  # as stored, and as it will be
+        self.changed = False
+        self.events: list[dict[str, Any]] = []
+        self.started_at: Any = None  # when a move of the status started the run, if one did
+
+
 class _NotDeferred(Exception):
     """A callback taken with others cannot be stored in one statement (it goes the general way,
     which must see what came before it stored): the statements deferred so far go first."""
@@ -138,20 +156,55 @@ class RunRecorder:
         # at once; and how to undo what they changed here if the database refuses one.
         self._deferred: list[tuple[str, list[Any], Callable[[int], None]]] | None = None
         self._undo: list[Callable[[], None]] = []
-        # While callbacks are stored in one transaction (SQLite, ``record``): all or none.
+        # While callbacks are stored in one transaction (SQLite, ``record``): all or none; and,
+        # from its first write to the run's row, what the callbacks do to it and its events.
         self._together = False
+        self._held: _Held | None = None
 
     # Helpers ------------------------------------------------------------------------------------
 
     def _publish(self, items: list[tuple[str, dict[str, Any]]], last_seq: int) -> None:
+        if self._held is not None:
+            self._held.events += events.numbered(self.run_id, items, last_seq=last_seq)
+            return
         events.store_events(self.run_id, items, last_seq=last_seq, deliver=self.deliver)
+
+    def _release_held(self) -> None:
+        """Write what the callbacks stored together did to the run's row since the first of
+        them wrote it (its seqs, totals and status, as this recorder has them) and insert their
+        events; from here on, each statement goes to the database again."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        if held.changed:
+            assignments = [
+                "last_seq = %s",
+                *(f"{field} = %s" for field in TOTAL_FIELDS),
+                "status = %s",
+            ]
+            params: list[Any] = [held.last_seq, *self.totals.values(), str(self.status)]
+            if held.started_at is not None:
+                assignments.append("started_at = COALESCE(started_at, %s)")
+                params.append(held.started_at)
+            # The row is held, so it is as the first write left it, unless this connection
+            # wrote it meanwhile: if it did, the callbacks are refused (and stored one by one).
+            conditions, condition_params = self._conditions(True)
+            where = " AND ".join(("id = %s", "last_seq = %s", *conditions))
+            with hot_cursor() as cursor:
+                cursor.execute(
+                    f"UPDATE {RUN_TABLE} SET {', '.join(assignments)} WHERE {where}",
+                    [*params, self.run_id, held.first_seq, *condition_params],
+                )
+                if cursor.rowcount != 1:
+                    raise NotStoredInOneStatement(f"run {self.run_id} changed while held")
+        events.insert_events(held.events, deliver=self.deliver)
 
     def _run_status(self) -> str:
         """The run's stored status (row-locked where the database can); raises RunTakenOver if
         another execution took it over, RunClosed if it has finished (RunCancelled if it was
         cancelled)."""
         lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-        with connection.cursor() as cursor:
+        with hot_cursor() as cursor:
             cursor.execute(
                 f"SELECT status, fence FROM {RUN_TABLE} WHERE id = %s{lock}", [self.run_id]
             )
@@ -188,6 +241,10 @@ class RunRecorder:
         if move_to is not None and self.status is None:
             self.status = self._run_status()
         moving = move_to is not None and move_to != self.status
+        if self._held is not None:
+            return self._advance_held(
+                event_count + moving, add, move_to if moving else None, check_cancelled
+            ), moving
         row = self._update_run(
             event_count + moving, add, move_to if moving else None, check_cancelled
         )
@@ -203,7 +260,29 @@ class RunRecorder:
         self.totals.update(zip(TOTAL_FIELDS, totals, strict=True))
         if moving:
             self.status = move_to
+        if self._together:
+            # The transaction holds the row until its commit: the callbacks after this one
+            # change it here, and it is written once (``_release_held``).
+            self._held = _Held(last_seq)
         return last_seq, moving
+
+    def _advance_held(
+        self, event_count: int, add: dict[str, float], move_to: str | None, conditional: bool
+    ) -> int:
+        """``_advance_run`` on the row held (``_Held``): what its UPDATE would do, done here."""
+        held = self._held
+        assert held is not None
+        if conditional and self.status in Run.FINISHED:
+            raise RunClosed(f"run {self.run_id} has finished ({self.status})")
+        for field, amount in add.items():
+            self.totals[field] += amount
+        if move_to is not None:
+            self.status = move_to
+            if held.started_at is None:
+                held.started_at = db_datetime(timezone.now())
+        held.last_seq += event_count
+        held.changed = True
+        return held.last_seq
 
     def _update_run(
         self, event_count: int, add: dict[str, float], move_to: str | None, conditional: bool
@@ -393,9 +472,10 @@ class RunRecorder:
             with transaction.atomic():
                 for name, args in calls:
                     getattr(self, name)(*args)
+                self._release_held()
                 reached_the_commit = True
         except Exception:
-            self._together = False
+            self._together, self._held = False, None
             if reached_the_commit:
                 # The commit failed (nothing kept; the run stops with the error, as a single
                 # callback's would), or what runs after it did: then all is stored, and storing
@@ -405,7 +485,7 @@ class RunRecorder:
             for name, args in calls:  # one by one: raises again where it holds
                 getattr(self, name)(*args)
         finally:
-            self._together, self._undo = False, []
+            self._together, self._held, self._undo = False, None, []
 
     def _state_saved(self) -> tuple[Any, ...]:
         """What ``_state_restored`` puts back (with ``_undo``) if callbacks stored together are
@@ -462,13 +542,13 @@ class RunRecorder:
                 position += 1
 
     def _general_transaction(self) -> Any:
-        """The transaction of a callback stored the general way: its own, or part of the one of
-        callbacks stored together on SQLite (no savepoint: if one raises, they are all undone
+        """The transaction of a callback stored the general way: its own, or the one of the
+        callbacks stored together on SQLite (nothing more: if one raises, they are all undone
         and stored again one by one). While statements are deferred (PostgreSQL) it raises
         _NotDeferred instead: the callback goes alone, after those."""
         if self._deferred is not None:
             raise _NotDeferred
-        return transaction.atomic(savepoint=not self._together)
+        return nullcontext() if self._together else transaction.atomic()
 
     @property
     def _undoable(self) -> bool:
@@ -615,9 +695,9 @@ class RunRecorder:
             row = new_by_index.get(record.index)
             if row is not None and record.reads:
                 row.reads = [self.steps[(record.round, read)].pk for read in record.reads]
-                updates.append([_STEP_READS.get_db_prep_save(row.reads, connection), row.pk])
+                updates.append([json_param(_STEP_READS, row.reads), row.pk])
         if updates:
-            with connection.cursor() as cursor:
+            with hot_cursor() as cursor:
                 cursor.executemany(f"UPDATE {STEP_TABLE} SET reads = %s WHERE id = %s", updates)
 
     def step_started(self, record: StepRecord) -> None:
@@ -634,7 +714,7 @@ class RunRecorder:
         }
         params = [
             str(Step.Status.RUNNING),
-            _STEP_MESSAGES.get_db_prep_save(messages, connection),
+            json_param(_STEP_MESSAGES, messages),
             db_datetime(started_at),
             row.pk,
             str(Step.Status.SUCCEEDED),
@@ -664,7 +744,7 @@ class RunRecorder:
         with self._general_transaction():
             written = False
             if row.status != Step.Status.SUCCEEDED:  # a stored result is kept
-                with connection.cursor() as cursor:
+                with hot_cursor() as cursor:
                     cursor.execute(_STEP_STARTED_SQL, params)
                     written = cursor.rowcount == 1
             last_seq, moved = self._advance_run(
@@ -703,9 +783,9 @@ class RunRecorder:
         row = self._step_row(record)
         params = [
             str(values["status"]),
-            _STEP_MESSAGES.get_db_prep_save(values["messages"], connection),
+            json_param(_STEP_MESSAGES, values["messages"]),
             *(values[field] for field in STEP_RESULT_FIELDS[2:-2]),
-            _STEP_ATTEMPT_LOG.get_db_prep_save(values["attempt_log"], connection),
+            json_param(_STEP_ATTEMPT_LOG, values["attempt_log"]),
             db_datetime(values["finished_at"]),
             row.pk,
             str(Step.Status.SUCCEEDED),
@@ -739,7 +819,7 @@ class RunRecorder:
             except NotStoredInOneStatement:
                 pass  # the run finished or was taken over: the general way below raises
         with self._general_transaction():
-            with connection.cursor() as cursor:
+            with hot_cursor() as cursor:
                 cursor.execute(_STEP_RESULT_SQL, params)
                 if cursor.rowcount != 1:
                     return
@@ -808,6 +888,7 @@ class RunRecorder:
             except NotStoredInOneStatement:
                 pass  # finished elsewhere, taken over, or a step is open: the general way
         with self._general_transaction():
+            self._release_held()  # the statements below take the run's row as stored
             open_steps = lock_open_steps(run_id=self.run_id)
             row = advance_seq(
                 self.run_id,

@@ -53,7 +53,7 @@ from orchestrator.services.ownership import (
 from orchestrator.services.recorder import RunClosed, RunTakenOver
 from orchestrator.services.recording import RecordingObserver
 from orchestrator.services.replay import replay_execution_state, replay_strategy
-from orchestrator.sql import model_columns
+from orchestrator.sql import current, hot_cursor, model_columns
 from orchestrator.telemetry import run_trace_enqueue
 
 logger = logging.getLogger(__name__)
@@ -487,10 +487,10 @@ def _run_pool_and_workers(run_id: int) -> tuple[Run, Pool, list[Worker]]:
     answer them."""
     run_columns, pool_columns = model_columns(Run), model_columns(Pool)
     worker_columns = model_columns(Worker)
-    quote = connection.ops.quote_name
+    quote = current().ops.quote_name
     run_table, pool_table = quote(Run._meta.db_table), quote(Pool._meta.db_table)
     worker_table = quote(Worker._meta.db_table)
-    with connection.cursor() as cursor:
+    with hot_cursor() as cursor:
         cursor.execute(
             f"SELECT {run_columns.sql}, {pool_columns.sql}, {worker_columns.sql} "
             f"FROM {run_table} JOIN {pool_table} ON {pool_table}.id = {run_table}.pool_id "
