@@ -344,3 +344,27 @@ def test_statements_sent_together_keep_nothing_when_one_fails_before_it_is_sent(
     assert sql.advance_seq_storing_together([first]) == [0]  # the connection goes on
     run.refresh_from_db()
     assert run.tokens_in == 5
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_the_hot_paths_statements_are_prepared_unless_behind_a_transaction_pooler(
+    prepared, settings, db
+):
+    """Prepared once per connection (the server then neither parses nor plans them again), and
+    never with CONDUCTOR_DB_TRANSACTION_POOLER (PgBouncer's transaction mode may hand the next
+    statement to another server connection, where it was never prepared)."""
+    import uuid
+
+    settings.CONDUCTOR_DB_PREPARED_STATEMENTS = prepared
+    marker = f"checked_{uuid.uuid4().hex}"
+    text = f"SELECT %s::int AS {marker}"  # a statement never sent before
+
+    def preparations() -> int:
+        rows = sql.fetch_bound(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", [f"%{marker}%"]
+        )
+        return rows[0][0]
+
+    assert sql.fetch_bound(text, [4]) == [(4,)]
+    assert sql.fetch_bound(text, [5]) == [(5,)]
+    assert preparations() == (1 if prepared else 0)

@@ -331,6 +331,92 @@ def test_callbacks_stored_together_keep_those_before_the_one_that_raises(
     assert [recorder.steps[(0, i)].status for i in (0, 1)] == ["succeeded", "pending"]
 
 
+def _as_read(run: Run) -> dict:
+    """What a person reading a run sees of it, without what differs between two runs (ids,
+    times): its row, its steps and its events."""
+    run.refresh_from_db()
+    row = {field: getattr(run, field) for field in ("status", "answer", "score", "last_seq")}
+    row |= {field: getattr(run, field) for field in ("tokens_in", "tokens_out", "cost")}
+    row |= {"model_calls": run.model_calls, "step_count": run.step_count}
+    row["started"] = run.started_at is not None
+    steps = list(Step.objects.filter(run=run).order_by("index").values_list("status", "response"))
+    shown = []
+    for event in RunEvent.objects.filter(run=run).order_by("seq"):
+        data = event.data
+        shown.append(
+            (
+                event.seq,
+                event.type,
+                data.get("status"),
+                data.get("totals"),
+                (data.get("step") or {}).get("status"),
+                (data.get("plan") or {}).get("round"),
+            )
+        )
+    return {"row": row, "steps": steps, "events": shown}
+
+
+def test_callbacks_stored_together_store_what_one_by_one_stores(
+    sim_pool, worker_ids, django_capture_on_commit_callbacks
+):
+    """A whole run's callbacks, as write-behind takes them (a step's start ends each batch),
+    stored together on one run and one by one on another: both read the same. (SQLite holds
+    the run's row from a batch's first write to it and writes it once; PostgreSQL sends the
+    batch in one round trip.)"""
+    together_run, alone_run = make_run(pool=sim_pool), make_run(pool=sim_pool)
+    sent: dict[int, list[dict]] = {together_run.pk: [], alone_run.pk: []}
+
+    def callbacks() -> list[list[tuple[str, tuple]]]:
+        records = step_records()
+        result = RunResult(
+            status="succeeded",
+            answer="50",
+            error="",
+            plans=[plan_record()],
+            steps=records,
+            totals=Totals(tokens_in=150, tokens_out=40, cost=0.0123, model_calls=3, wall_time=0.5),
+        )
+        return [
+            [("planning", (0,)), ("plan_created", (plan_record(), records))],
+            [("step_started", (records[0],))],
+            [("step_result", (finished(records[0], "50", tokens_in=7, cost=0.0031),))],
+            [("step_started", (records[1],))],
+            [("step_result", (finished(records[1], "ANSWER: 50", cost=0.0007),))],
+            [("planning", (1,)), ("run_finished", (result, 1.0))],
+        ]
+
+    recorders = {
+        run.pk: RunRecorder(
+            run_id=run.pk, worker_ids=worker_ids, status=run.status, deliver=sent[run.pk].append
+        )
+        for run in (together_run, alone_run)
+    }
+    together = callbacks()
+    batches = [together[0] + together[1], together[2] + together[3], together[4] + together[5]]
+    with django_capture_on_commit_callbacks(execute=True):
+        for batch in batches:
+            recorders[together_run.pk].record(batch)
+        for batch in callbacks():
+            for call in batch:
+                recorders[alone_run.pk].record([call])
+
+    read = _as_read(together_run)
+    assert read == _as_read(alone_run)
+    assert read["row"]["status"] == "succeeded" and read["row"]["last_seq"] == 11
+    assert read["steps"] == [("succeeded", "50"), ("succeeded", "ANSWER: 50")]
+    assert [event[1] for event in read["events"]][-3:] == [
+        "step.finished",
+        "run.status",
+        "run.finished",
+    ]
+    assert [(e["seq"], e["type"]) for e in sent[together_run.pk]] == [
+        (seq, type) for seq, type, *_ in read["events"]
+    ]
+    # What the recorder keeps is what the database holds.
+    recorder = recorders[together_run.pk]
+    assert (recorder.status, recorder.totals["cost"]) == ("succeeded", read["row"]["cost"])
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_with_write_behind_callbacks_taken_together_are_stored_together_in_order(
     sim_pool, sent_events, async_db_connections_closed, monkeypatch
