@@ -7,7 +7,9 @@ them. Everything here works on PostgreSQL and SQLite (with or without ``RETURNIN
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from functools import lru_cache
@@ -76,7 +78,7 @@ def hot_cursor() -> Iterator[Any]:
         import psycopg
 
         db.ensure_connection()
-        with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
+        with db.wrap_database_errors, psycopg.RawCursor(db.connection) as cursor:
             yield _BoundCursor(cursor)
         return
     if db.vendor != "sqlite":
@@ -128,10 +130,10 @@ class _BoundCursor:
         self.prepare = bool(settings.CONDUCTOR_DB_PREPARED_STATEMENTS)
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self.cursor.execute(sql, params, prepare=self.prepare)
+        self.cursor.execute(_numbered(sql), params, prepare=self.prepare)
 
     def executemany(self, sql: str, param_list: Sequence[Sequence[Any]]) -> None:
-        self.cursor.executemany(sql, param_list)
+        self.cursor.executemany(_numbered(sql), param_list)
 
     @property
     def rowcount(self) -> int:
@@ -142,6 +144,18 @@ class _BoundCursor:
 
     def fetchall(self) -> list[Any]:
         return list(self.cursor.fetchall())
+
+
+@lru_cache(maxsize=512)
+def _numbered(sql: str) -> str:
+    """``sql`` with its ``%s`` placeholders as PostgreSQL's ``$1``, ``$2``... and ``%%`` as
+    ``%``, for psycopg's raw cursors: psycopg's own cursors do it to every statement, and no
+    longer remember it past 50 parameters (the hot path's statements have more)."""
+    numbers = itertools.count(1)
+    return _PLACEHOLDER.sub(lambda found: f"${next(numbers)}" if found[1] == "s" else "%", sql)
+
+
+_PLACEHOLDER = re.compile(r"%([s%])")
 
 
 @lru_cache(maxsize=512)
@@ -310,19 +324,19 @@ def advance_seq_storing_together(statements: Sequence[tuple[str, Sequence[Any]]]
 
     connection.ensure_connection()
     raw = connection.connection
-    cursors: list[psycopg.Cursor[Any]] = []
+    cursors: list[psycopg.RawCursor[Any]] = []
     prepared = settings.CONDUCTOR_DB_PREPARED_STATEMENTS
 
     def send(*, begin: bool) -> None:
         with connection.wrap_database_errors, raw.pipeline():
             if begin:
-                psycopg.Cursor(raw).execute("BEGIN")
+                psycopg.RawCursor(raw).execute("BEGIN")
             for sql, params in statements:
-                cursor = psycopg.Cursor(raw)
+                cursor = psycopg.RawCursor(raw)
                 cursors.append(cursor)
-                cursor.execute(sql, params, prepare=prepared)
+                cursor.execute(_numbered(sql), params, prepare=prepared)
             if begin:
-                psycopg.Cursor(raw).execute("COMMIT")
+                psycopg.RawCursor(raw).execute("COMMIT")
 
     try:
         if connection.in_atomic_block:
@@ -433,8 +447,8 @@ def fetch_bound(sql: str, params: Sequence[Any]) -> list[tuple]:
 
     db = current()
     db.ensure_connection()
-    with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
-        cursor.execute(sql, params, prepare=settings.CONDUCTOR_DB_PREPARED_STATEMENTS)
+    with db.wrap_database_errors, psycopg.RawCursor(db.connection) as cursor:
+        cursor.execute(_numbered(sql), params, prepare=settings.CONDUCTOR_DB_PREPARED_STATEMENTS)
         return cursor.fetchall()
 
 

@@ -164,7 +164,7 @@ if REDIS_URL:
     CHANNEL_LAYER_SOCKET_TIMEOUT = float(os.environ.get("CONDUCTOR_LAYER_SOCKET_TIMEOUT", "20"))
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "BACKEND": "webui.layers.RedisChannelLayer",
             # redis-py 8 caps a pool at 100 connections and raises past it; a crowd of sockets
             # joining their groups at once (1,000 in bench/live_fanout.py) needs more than that.
             # It also gives up on a connect or a read after 5 s by default: a busy event loop

@@ -98,13 +98,13 @@ class _Held:
     UPDATE and one INSERT. Nothing else can write the row meanwhile: SQLite lets one writer in at
     a time, from its first write to its commit."""
 
-    __slots__ = ("changed", "events", "first_seq", "last_seq", "started_at")
+    __slots__ = ("changed", "events", "first_seq", "last_seq", "moved_at")
 
     def __init__(self, last_seq: int) -> None:
         self.first_seq = self.last_seq = last_seq  # as stored, and as it will be
         self.changed = False
         self.events: list[dict[str, Any]] = []
-        self.started_at: Any = None  # when a move of the status started the run, if one did
+        self.moved_at: Any = None  # when the first of them moved the run's status, if one did
 
 
 class _NotDeferred(Exception):
@@ -177,15 +177,11 @@ class RunRecorder:
         if held is None:
             return
         if held.changed:
-            assignments = [
-                "last_seq = %s",
-                *(f"{field} = %s" for field in TOTAL_FIELDS),
-                "status = %s",
-            ]
-            params: list[Any] = [held.last_seq, *self.totals.values(), str(self.status)]
-            if held.started_at is not None:
-                assignments.append("started_at = COALESCE(started_at, %s)")
-                params.append(held.started_at)
+            assignments = ["last_seq = %s", *(f"{field} = %s" for field in TOTAL_FIELDS)]
+            params: list[Any] = [held.last_seq, *self.totals.values()]
+            if held.moved_at is not None:
+                assignments += ["status = %s", "started_at = COALESCE(started_at, %s)"]
+                params += [str(self.status), held.moved_at]
             # The row is held, so it is as the first write left it, unless this connection
             # wrote it meanwhile: if it did, the callbacks are refused (and stored one by one).
             conditions, condition_params = self._conditions(True)
@@ -278,8 +274,8 @@ class RunRecorder:
             self.totals[field] += amount
         if move_to is not None:
             self.status = move_to
-            if held.started_at is None:
-                held.started_at = db_datetime(timezone.now())
+            if held.moved_at is None:
+                held.moved_at = db_datetime(timezone.now())
         held.last_seq += event_count
         held.changed = True
         return held.last_seq

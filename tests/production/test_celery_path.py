@@ -15,6 +15,7 @@ import signal
 import time
 from collections import Counter
 
+import channels_redis.core
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
@@ -101,7 +102,7 @@ async def test_run_executes_on_a_celery_worker_and_streams_events_through_redis(
         pool=pool, input=task.question, reference=task.reference, enqueue=False
     )
     layer = get_channel_layer()
-    assert type(layer).__module__.startswith("channels_redis")
+    assert isinstance(layer, channels_redis.core.RedisChannelLayer)
     # Two listeners in this process, while the run executes in the worker process: the page's
     # websocket consumer, and a bare subscriber of the run's group on the channel layer.
     channel = await layer.new_channel()

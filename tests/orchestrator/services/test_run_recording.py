@@ -331,6 +331,31 @@ def test_callbacks_stored_together_keep_those_before_the_one_that_raises(
     assert [recorder.steps[(0, i)].status for i in (0, 1)] == ["succeeded", "pending"]
 
 
+def test_callbacks_stored_together_by_a_recorder_that_never_read_the_status_keep_it(
+    run, worker_ids, delivered, recorder_for, django_capture_on_commit_callbacks
+):
+    """An execution resumed mid-run whose first callbacks move no status (two results) stores
+    them together without knowing the run's status: the status stays what it was."""
+    records = step_records()
+    first = recorder_for(status=run.status)
+    with django_capture_on_commit_callbacks(execute=True):
+        first.record([("planning", (0,)), ("plan_created", (plan_record(), records))])
+        first.record([("step_started", (records[0],)), ("step_started", (records[1],))])
+    resumed = recorder_for(steps=Step.objects.filter(run=run))
+    with django_capture_on_commit_callbacks(execute=True):
+        resumed.record(
+            [
+                ("step_result", (finished(records[0], "50", tokens_in=7),)),
+                ("step_result", (finished(records[1], "ANSWER: 50", tokens_in=9),)),
+            ]
+        )
+
+    run.refresh_from_db()
+    assert (run.status, run.last_seq, run.tokens_in) == ("running", 9, 100 + 7 + 9)
+    assert resumed.totals["tokens_in"] == run.tokens_in
+    assert stored_events(run)[-2:] == [(8, "step.finished"), (9, "step.finished")]
+
+
 def _as_read(run: Run) -> dict:
     """What a person reading a run sees of it, without what differs between two runs (ids,
     times): its row, its steps and its events."""
