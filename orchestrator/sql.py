@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 from django.conf import settings
@@ -33,31 +33,48 @@ def current() -> Any:
     return connections[DEFAULT_DB_ALIAS]
 
 
+@cache
+def vendor() -> str:
+    """The default database's vendor (``"sqlite"``, ``"postgresql"``): the same for the whole
+    process, so read once."""
+    return str(current().vendor)
+
+
+@cache
 def can_return() -> bool:
     """Whether UPDATE/INSERT ... RETURNING works here (PostgreSQL; SQLite 3.35 and later)."""
-    db = current()
-    return db.vendor == "postgresql" or (
-        db.vendor == "sqlite" and db.features.can_return_columns_from_insert
+    return vendor() == "postgresql" or (
+        vendor() == "sqlite" and bool(current().features.can_return_columns_from_insert)
     )
 
 
 def db_datetime(value: Any) -> Any:
     """A datetime as this database's driver takes it in plain SQL (what the ORM would send)."""
-    db = current()
-    if type(value) is datetime.datetime and value.tzinfo is datetime.UTC and db.vendor == "sqlite":
+    kind = vendor()
+    if kind == "postgresql":
+        return value  # as PostgreSQL's adapt_datetimefield_value does
+    if kind == "sqlite" and type(value) is datetime.datetime and value.tzinfo is datetime.UTC:
         # What SQLite's adapt_datetimefield_value makes of an aware UTC datetime (the site runs
         # with USE_TZ and the database in UTC), without its settings lookups.
         return str(value.replace(tzinfo=None))
-    return db.ops.adapt_datetimefield_value(value)
+    return current().ops.adapt_datetimefield_value(value)
 
 
 def json_param(field: models.Field, value: Any) -> Any:
     """The value of JSON ``field`` as this database's driver takes it in plain SQL (what the ORM
-    would send): on SQLite its JSON text, as Django writes it (no field here has an encoder)."""
-    db = current()
-    if db.vendor == "sqlite" and getattr(field, "encoder", None) is None:
-        return None if value is None else json.dumps(value)
-    return field.get_db_prep_save(value, db)
+    would send) when the field has no encoder (none here has): SQL NULL for None, else on SQLite
+    its JSON text and on PostgreSQL psycopg's Jsonb, as Django's backends make them."""
+    if value is None:
+        return None
+    if getattr(field, "encoder", None) is None:
+        kind = vendor()
+        if kind == "sqlite":
+            return json.dumps(value)
+        if kind == "postgresql":
+            from psycopg.types.json import Jsonb
+
+            return Jsonb(value, dumps=json.dumps)
+    return field.get_db_prep_save(value, current())
 
 
 @contextmanager
@@ -288,7 +305,7 @@ def can_store_in_one_statement() -> bool:
     """Whether ``advance_seq_storing`` works here: PostgreSQL, whose UPDATE and INSERT can be
     parts of one statement (``WITH``). SQLite runs its statements in process, without a round
     trip to save."""
-    return current().vendor == "postgresql"
+    return vendor() == "postgresql"
 
 
 def advance_seq_storing(statement: tuple[str, Sequence[Any]]) -> int | None:
@@ -420,9 +437,8 @@ def storing_statement(
             ") AS numbered)"
         )
         params += [run_id, created_at, count]
-        db = current()
         for event in events:
-            params += [event["type"], _EVENT_DATA.get_db_prep_save(event, db)]
+            params += [event["type"], json_param(_EVENT_DATA, event)]
     # A division by zero (nothing else divides here) undoes the whole statement when what it
     # found is not what the caller expected; see NotStoredInOneStatement.
     step_count = "(SELECT count(*) FROM step_row)" if step_sql else "1"
@@ -491,7 +507,7 @@ _model_columns: dict[tuple[type[models.Model], str], ModelColumns] = {}
 
 def model_columns(model: type[models.Model]) -> ModelColumns:
     """``ModelColumns`` of ``model`` on the database in use (built once)."""
-    key = (model, current().vendor)
+    key = (model, vendor())
     columns = _model_columns.get(key)
     if columns is None:
         columns = _model_columns[key] = ModelColumns(model)
