@@ -98,10 +98,11 @@ class _Held:
     UPDATE and one INSERT. Nothing else can write the row meanwhile: SQLite lets one writer in at
     a time, from its first write to its commit."""
 
-    __slots__ = ("changed", "events", "first_seq", "last_seq", "moved_at")
+    __slots__ = ("changed", "events", "first_seq", "last_seq", "moved_at", "totals")
 
-    def __init__(self, last_seq: int) -> None:
+    def __init__(self, last_seq: int, totals: dict[str, Any]) -> None:
         self.first_seq = self.last_seq = last_seq  # as stored, and as it will be
+        self.totals = [totals[field] for field in TOTAL_FIELDS]  # as stored
         self.changed = False
         self.events: list[dict[str, Any]] = []
         self.moved_at: Any = None  # when the first of them moved the run's status, if one did
@@ -116,8 +117,8 @@ class RunRecorder:
     """Stores the callbacks of one run's execution (sync; one thread at a time).
 
     ``steps`` are the run's stored Step rows (a resumed run has some), ``plan_rounds`` the rounds
-    whose plan is stored, ``totals`` the run's stored totals and ``status`` its stored status: the
-    recorder keeps all four current. Every method publishes its events with ``deliver``, which
+    whose plan is stored, ``totals`` the run's stored totals, ``status`` its stored status and
+    ``last_seq`` its last event's seq: the recorder keeps all five current. Every method publishes its events with ``deliver``, which
     receives them after the commit. With ``fence`` (the execution's fencing token), a callback
     is stored only while the run's fence is still that one; else it raises RunTakenOver.
 
@@ -140,9 +141,12 @@ class RunRecorder:
         status: str | None = None,
         deliver: Any = None,
         fence: int | None = None,
+        last_seq: int | None = None,
     ) -> None:
         self.run_id = run_id
         self.fence = fence
+        # The run's last seq as this recorder last wrote or read it (None: not known yet).
+        self.last_seq = last_seq
         self.worker_ids = list(worker_ids)
         self.steps: dict[tuple[int, int], Step] = {(s.round, s.index): s for s in steps}
         self.plan_rounds = set(plan_rounds)
@@ -178,21 +182,25 @@ class RunRecorder:
             return
         if held.changed:
             assignments = ["last_seq = %s", *(f"{field} = %s" for field in TOTAL_FIELDS)]
-            params: list[Any] = [held.last_seq, *self.totals.values()]
+            params: list[Any] = [held.last_seq, *(self.totals[f] for f in TOTAL_FIELDS)]
             if held.moved_at is not None:
                 assignments += ["status = %s", "started_at = COALESCE(started_at, %s)"]
                 params += [str(self.status), held.moved_at]
-            # The row is held, so it is as the first write left it, unless this connection
-            # wrote it meanwhile: if it did, the callbacks are refused (and stored one by one).
+            # Only while the row is as this recorder last knew it, the execution still holds it
+            # and it has not finished: else the callbacks are refused (and stored one by one,
+            # the way that tells what happened).
             conditions, condition_params = self._conditions(True)
-            where = " AND ".join(("id = %s", "last_seq = %s", *conditions))
+            where = " AND ".join(
+                ("id = %s", "last_seq = %s", *conditions, *(f"{f} IS %s" for f in TOTAL_FIELDS))
+            )
             with hot_cursor() as cursor:
                 cursor.execute(
                     f"UPDATE {RUN_TABLE} SET {', '.join(assignments)} WHERE {where}",
-                    [*params, self.run_id, held.first_seq, *condition_params],
+                    [*params, self.run_id, held.first_seq, *condition_params, *held.totals],
                 )
                 if cursor.rowcount != 1:
-                    raise NotStoredInOneStatement(f"run {self.run_id} changed while held")
+                    raise NotStoredInOneStatement(f"run {self.run_id} is not as it was held")
+            self.last_seq = held.last_seq
         events.insert_events(held.events, deliver=self.deliver)
 
     def _run_status(self) -> str:
@@ -254,12 +262,13 @@ class RunRecorder:
             raise Run.DoesNotExist(f"run {self.run_id} does not exist")
         last_seq, *totals = row
         self.totals.update(zip(TOTAL_FIELDS, totals, strict=True))
+        self.last_seq = last_seq
         if moving:
             self.status = move_to
         if self._together:
             # The transaction holds the row until its commit: the callbacks after this one
             # change it here, and it is written once (``_release_held``).
-            self._held = _Held(last_seq)
+            self._held = _Held(last_seq, self.totals)
         return last_seq, moving
 
     def _advance_held(
@@ -358,6 +367,7 @@ class RunRecorder:
         }
 
         def stored(last_seq: int) -> None:
+            self.last_seq = last_seq
             first = last_seq - len(items) + 1
             events.deliver_on_commit(
                 [
@@ -466,6 +476,10 @@ class RunRecorder:
         reached_the_commit = False
         try:
             with transaction.atomic():
+                if self.last_seq is not None and self.status is not None:
+                    # The row as this recorder knows it, held from the start: written once, at
+                    # the end, only if it is still so (``_release_held``).
+                    self._held = _Held(self.last_seq, self.totals)
                 for name, args in calls:
                     getattr(self, name)(*args)
                 self._release_held()
@@ -487,13 +501,19 @@ class RunRecorder:
         """What ``_state_restored`` puts back (with ``_undo``) if callbacks stored together are
         refused: the totals, status, plan rounds and plan ids this recorder keeps."""
         self._undo = []
-        return (dict(self.totals), self.status, set(self.plan_rounds), list(self.plan_ids))
+        return (
+            dict(self.totals),
+            self.status,
+            set(self.plan_rounds),
+            list(self.plan_ids),
+            self.last_seq,
+        )
 
     def _state_restored(self, saved: tuple[Any, ...]) -> None:
         for undo in reversed(self._undo):
             undo()
         self._undo = []
-        self.totals, self.status, self.plan_rounds, self.plan_ids = saved
+        self.totals, self.status, self.plan_rounds, self.plan_ids, self.last_seq = saved
 
     def _record_together(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
         position = 0
@@ -898,6 +918,7 @@ class RunRecorder:
             if row is None:
                 return
             last_seq, step_count = row
+            self.last_seq = last_seq
             self.status = status
             closed = close_open_steps(
                 run_id=self.run_id,

@@ -338,6 +338,7 @@ async def run_execute_async(
             totals=execution.totals(),
             status=run.status,
             fence=claim.fence,
+            last_seq=run.last_seq,
             # An observer of the caller's hears each callback once it is stored.
             write_behind=observer is None,
         )

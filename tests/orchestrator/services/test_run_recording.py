@@ -356,6 +356,37 @@ def test_callbacks_stored_together_by_a_recorder_that_never_read_the_status_keep
     assert stored_events(run)[-2:] == [(8, "step.finished"), (9, "step.finished")]
 
 
+def test_a_comment_between_callbacks_stored_together_keeps_its_seq(
+    run, sim_pool, delivered, recorder_for, django_capture_on_commit_callbacks
+):
+    """A teammate comments on the run while it executes: the recorder's next callbacks, stored
+    together, find the run's row not as they left it, are refused and go one by one, after the
+    comment's event."""
+    from orchestrator.models import Membership
+    from orchestrator.services import review
+    from tests.factories import make_member
+
+    reviewer = make_member(project=sim_pool.project, role=Membership.Role.REVIEWER)
+    recorder, records = recorder_for(status=run.status), step_records()
+    with django_capture_on_commit_callbacks(execute=True):
+        recorder.record([("planning", (0,)), ("plan_created", (plan_record(), records))])
+        recorder.record([("step_started", (records[0],))])
+        review.comment_create(actor=reviewer, run=run, body="Looks slow.")
+        recorder.record(
+            [
+                ("step_result", (finished(records[0], "50", tokens_in=7),)),
+                ("step_started", (records[1],)),
+            ]
+        )
+
+    types = ["run.status", "plan.created", "step.created", "step.created", "run.status"]
+    types += ["step.started", "comment.created", "step.finished", "step.started"]
+    assert stored_events(run) == list(enumerate(types, start=1))
+    run.refresh_from_db()
+    assert (run.last_seq, run.tokens_in, recorder.last_seq) == (9, 100 + 7, 9)
+    assert recorder.totals["tokens_in"] == run.tokens_in
+
+
 def _as_read(run: Run) -> dict:
     """What a person reading a run sees of it, without what differs between two runs (ids,
     times): its row, its steps and its events."""
