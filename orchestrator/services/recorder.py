@@ -454,7 +454,8 @@ class RunRecorder:
 
         Several are stored together, all or none, each built as if those before it were stored
         (this recorder's state moves on with each): on SQLite in one transaction (the commit,
-        the disk's wait, paid once; no savepoint per callback), on PostgreSQL in one round trip
+        the disk's wait, paid once; no savepoint per callback; the run's row written once, with
+        all their events in one INSERT: ``_Held``), on PostgreSQL in one round trip
         and one transaction where each can be one statement (``sql.advance_seq_storing_together``;
         a callback that cannot goes alone, after those before it). If one is refused (the run
         finished or was taken over, a step has its result) or fails, none is kept, this
