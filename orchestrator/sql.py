@@ -111,19 +111,23 @@ def hot_cursor() -> Iterator[Any]:
             cursor.close()
 
 
-class _QmarkCursor:
-    """A SQLite driver cursor that takes ``%s`` placeholders (``hot_cursor``)."""
+class _DriverCursor:
+    """A database driver's own cursor that takes the site's ``%s`` placeholders (``hot_cursor``):
+    each subclass turns a statement's text into its driver's."""
 
     __slots__ = ("cursor",)
 
     def __init__(self, cursor: Any) -> None:
         self.cursor = cursor
 
+    def text(self, sql: str) -> str:
+        raise NotImplementedError
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self.cursor.execute(_qmark(sql), params)
+        self.cursor.execute(self.text(sql), params)
 
     def executemany(self, sql: str, param_list: Sequence[Sequence[Any]]) -> None:
-        self.cursor.executemany(_qmark(sql), param_list)
+        self.cursor.executemany(self.text(sql), param_list)
 
     @property
     def rowcount(self) -> int:
@@ -136,31 +140,30 @@ class _QmarkCursor:
         return list(self.cursor.fetchall())
 
 
-class _BoundCursor:
-    """A psycopg cursor whose statements are prepared unless ``CONDUCTOR_DB_PREPARED_STATEMENTS``
-    is off (``hot_cursor``)."""
+class _QmarkCursor(_DriverCursor):
+    """SQLite's: ``?`` placeholders."""
 
-    __slots__ = ("cursor", "prepare")
+    __slots__ = ()
+
+    def text(self, sql: str) -> str:
+        return _qmark(sql)
+
+
+class _BoundCursor(_DriverCursor):
+    """psycopg's raw cursor: ``$n`` placeholders, each statement prepared unless
+    ``CONDUCTOR_DB_PREPARED_STATEMENTS`` is off."""
+
+    __slots__ = ("prepare",)
 
     def __init__(self, cursor: Any) -> None:
-        self.cursor = cursor
+        super().__init__(cursor)
         self.prepare = bool(settings.CONDUCTOR_DB_PREPARED_STATEMENTS)
 
+    def text(self, sql: str) -> str:
+        return _numbered(sql)
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self.cursor.execute(_numbered(sql), params, prepare=self.prepare)
-
-    def executemany(self, sql: str, param_list: Sequence[Sequence[Any]]) -> None:
-        self.cursor.executemany(_numbered(sql), param_list)
-
-    @property
-    def rowcount(self) -> int:
-        return int(self.cursor.rowcount)
-
-    def fetchone(self) -> Any:
-        return self.cursor.fetchone()
-
-    def fetchall(self) -> list[Any]:
-        return list(self.cursor.fetchall())
+        self.cursor.execute(self.text(sql), params, prepare=self.prepare)
 
 
 @lru_cache(maxsize=512)

@@ -60,6 +60,23 @@ def finished(record: StepRecord, response: str, **usage) -> StepRecord:
     return record
 
 
+def succeeded(
+    records: list[StepRecord], *, tokens_in: int, tokens_out: int, cost: float
+) -> RunResult:
+    """The result of a run whose steps are ``records``, answered "50" in three model calls."""
+    totals = Totals(
+        tokens_in=tokens_in, tokens_out=tokens_out, cost=cost, model_calls=3, wall_time=0.5
+    )
+    return RunResult(
+        status="succeeded",
+        answer="50",
+        error="",
+        plans=[plan_record()],
+        steps=records,
+        totals=totals,
+    )
+
+
 def stored_events(run: Run) -> list[tuple[int, str]]:
     return list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", "type"))
 
@@ -98,15 +115,7 @@ def test_a_whole_run_is_stored_and_announced_in_seq_order(
         recorder.step_result(finished(records[0], "80 - 30 = 50"))
         recorder.step_started(records[1])
         recorder.step_result(finished(records[1], "ANSWER: 50"))
-        result = RunResult(
-            status="succeeded",
-            answer="50",
-            error="",
-            plans=[plan_record()],
-            steps=records,
-            totals=Totals(tokens_in=120, tokens_out=30, cost=0.012, model_calls=3, wall_time=0.5),
-        )
-        recorder.run_finished(result, 1.0)
+        recorder.run_finished(succeeded(records, tokens_in=120, tokens_out=30, cost=0.012), 1.0)
 
     created, ran = ["step.created"] * 2, ["step.started", "step.finished"] * 2
     types = ["run.status", "plan.created", *created, "run.status", *ran, "run.finished"]
@@ -424,14 +433,7 @@ def test_callbacks_stored_together_store_what_one_by_one_stores(
 
     def callbacks() -> list[list[tuple[str, tuple]]]:
         records = step_records()
-        result = RunResult(
-            status="succeeded",
-            answer="50",
-            error="",
-            plans=[plan_record()],
-            steps=records,
-            totals=Totals(tokens_in=150, tokens_out=40, cost=0.0123, model_calls=3, wall_time=0.5),
-        )
+        result = succeeded(records, tokens_in=150, tokens_out=40, cost=0.0123)
         return [
             [("planning", (0,)), ("plan_created", (plan_record(), records))],
             [("step_started", (records[0],))],
