@@ -93,10 +93,10 @@ DEFERRED = -1
 
 
 class _Held:
-    """What callbacks stored together on SQLite have done to the run's row and its events since
-    the transaction's first write to the row, written by ``RunRecorder._release_held`` in one
-    UPDATE and one INSERT. Nothing else can write the row meanwhile: SQLite lets one writer in at
-    a time, from its first write to its commit."""
+    """What callbacks stored together on SQLite have done to the run's row and its events, kept
+    here from the batch's start and written by ``RunRecorder._release_held`` in one UPDATE and
+    one INSERT. Nothing else can write the row meanwhile: SQLite lets one writer in at a time,
+    from its first write to its commit (the row is written only if it is as it was held)."""
 
     __slots__ = ("changed", "events", "first_seq", "last_seq", "moved_at", "totals")
 
@@ -118,8 +118,8 @@ class RunRecorder:
 
     ``steps`` are the run's stored Step rows (a resumed run has some), ``plan_rounds`` the rounds
     whose plan is stored, ``totals`` the run's stored totals, ``status`` its stored status and
-    ``last_seq`` its last event's seq: the recorder keeps all five current. Every method publishes its events with ``deliver``, which
-    receives them after the commit. With ``fence`` (the execution's fencing token), a callback
+    ``last_seq`` its last event's seq: the recorder keeps all five current. Every method
+    publishes its events with ``deliver``, which receives them after the commit. With ``fence`` (the execution's fencing token), a callback
     is stored only while the run's fence is still that one; else it raises RunTakenOver.
 
     Each callback is one transaction of two to four short statements, in plain SQL where the ORM
@@ -174,9 +174,9 @@ class RunRecorder:
         events.store_events(self.run_id, items, last_seq=last_seq, deliver=self.deliver)
 
     def _release_held(self) -> None:
-        """Write what the callbacks stored together did to the run's row since the first of
-        them wrote it (its seqs, totals and status, as this recorder has them) and insert their
-        events; from here on, each statement goes to the database again."""
+        """Write what the callbacks stored together did to the run's row (its seqs, totals and
+        status, as this recorder has them) and insert their events; from here on, each statement
+        goes to the database again."""
         held, self._held = self._held, None
         if held is None:
             return
@@ -265,10 +265,6 @@ class RunRecorder:
         self.last_seq = last_seq
         if moving:
             self.status = move_to
-        if self._together:
-            # The transaction holds the row until its commit: the callbacks after this one
-            # change it here, and it is written once (``_release_held``).
-            self._held = _Held(last_seq, self.totals)
         return last_seq, moving
 
     def _advance_held(
@@ -454,10 +450,11 @@ class RunRecorder:
 
         Several are stored together, all or none, each built as if those before it were stored
         (this recorder's state moves on with each): on SQLite in one transaction (the commit,
-        the disk's wait, paid once; no savepoint per callback; the run's row written once, with
-        all their events in one INSERT: ``_Held``), on PostgreSQL in one round trip
-        and one transaction where each can be one statement (``sql.advance_seq_storing_together``;
-        a callback that cannot goes alone, after those before it). If one is refused (the run
+        the disk's wait, paid once; no savepoint per callback; when this recorder knows the run's
+        last seq and status, the run's row written once, with all their events in one INSERT:
+        ``_Held``), on PostgreSQL in one round trip and one transaction where each can be one
+        statement (``sql.advance_seq_storing_together``; a callback that cannot goes alone,
+        after those before it). If one is refused (the run
         finished or was taken over, a step has its result) or fails, none is kept, this
         recorder's state goes back, and the callbacks are stored one by one, the way that tells
         what happened: those before the one that raises are then kept, as when each came alone.
@@ -478,8 +475,9 @@ class RunRecorder:
         try:
             with transaction.atomic():
                 if self.last_seq is not None and self.status is not None:
-                    # The row as this recorder knows it, held from the start: written once, at
-                    # the end, only if it is still so (``_release_held``).
+                    # The row as this recorder knows it (an execution always does), held: written
+                    # once, at the end, only if it is still so (``_release_held``). Else each
+                    # callback writes it, and the next batch knows it.
                     self._held = _Held(self.last_seq, self.totals)
                 for name, args in calls:
                     getattr(self, name)(*args)
@@ -500,7 +498,7 @@ class RunRecorder:
 
     def _state_saved(self) -> tuple[Any, ...]:
         """What ``_state_restored`` puts back (with ``_undo``) if callbacks stored together are
-        refused: the totals, status, plan rounds and plan ids this recorder keeps."""
+        refused: the totals, status, plan rounds, plan ids and last seq this recorder keeps."""
         self._undo = []
         return (
             dict(self.totals),

@@ -40,10 +40,10 @@ def test_parameters_are_what_the_orm_sends(sim_pool):
     now = timezone.now()
     assert now.tzinfo is datetime.UTC
     assert db_datetime(now) == connection.ops.adapt_datetimefield_value(now)
-    in_paris_summer = datetime.datetime(
+    two_hours_east = datetime.datetime(
         2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone(datetime.timedelta(hours=2))
     )
-    assert db_datetime(in_paris_summer) == connection.ops.adapt_datetimefield_value(in_paris_summer)
+    assert db_datetime(two_hours_east) == connection.ops.adapt_datetimefield_value(two_hours_east)
     field = Step._meta.get_field("messages")
     assert json_param(field, None) is None
     messages = [{"role": "user", "content": 'é \u2028 "quoted"'}]
