@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, DataError, connection, connections, models, transaction
+from django.utils import timezone
 
 from orchestrator.models import Run, RunEvent
 
@@ -241,21 +242,15 @@ def insert_rows(rows: list[Any]) -> None:
         model.objects.bulk_create(rows)
         return
     db = current()
-    fields = [field for field in model._meta.local_concrete_fields if not field.primary_key]
+    writer = row_writer(model, with_id=False)
     quote = db.ops.quote_name
-    columns = ", ".join(quote(field.column) for field in fields)
-    one_row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     for start in range(0, len(rows), _INSERT_BATCH):
         batch = rows[start : start + _INSERT_BATCH]
-        params = [
-            field.get_db_prep_save(field.pre_save(row, True), db)
-            for row in batch
-            for field in fields
-        ]
+        params = writer.params(batch)
         with hot_cursor() as cursor:
             cursor.execute(
-                f"INSERT INTO {quote(model._meta.db_table)} ({columns}) "
-                f"VALUES {', '.join([one_row] * len(batch))} "
+                f"INSERT INTO {quote(model._meta.db_table)} ({writer.columns}) "
+                f"VALUES {', '.join([writer.one_row] * len(batch))} "
                 f"RETURNING {quote(model._meta.pk.column)}",
                 params,
             )
@@ -282,20 +277,109 @@ def allocate_ids(counts: Sequence[tuple[type[models.Model], int]]) -> list[list[
 
 def insert_statement(rows: Sequence[Any]) -> tuple[str, list[Any]]:
     """The INSERT of rows of one model whose ids are set (``allocate_ids``), ids included."""
-    db = current()
     model = type(rows[0])
-    fields = list(model._meta.local_concrete_fields)
-    quote = db.ops.quote_name
-    columns = ", ".join(quote(field.column) for field in fields)
-    one_row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    params = [
-        field.get_db_prep_save(field.pre_save(row, True), db) for row in rows for field in fields
-    ]
+    writer = row_writer(model, with_id=True)
     sql = (
-        f"INSERT INTO {quote(model._meta.db_table)} ({columns}) "
-        f"VALUES {', '.join([one_row] * len(rows))}"
+        f"INSERT INTO {current().ops.quote_name(model._meta.db_table)} ({writer.columns}) "
+        f"VALUES {', '.join([writer.one_row] * len(rows))}"
     )
-    return sql, params
+    return sql, writer.params(rows)
+
+
+class RowWriter:
+    """The parameters of new rows of one model in plain SQL, as the ORM would send them (each
+    field's ``get_db_prep_save(pre_save(row, add=True))``), without its per-field calls where
+    the value is plain: an int or float in a number field (or a foreign key to an integer id),
+    a str in a text field, JSON and datetimes as ``json_param`` and ``db_datetime`` make them, a
+    creation time set (on the row too) as ``auto_now_add`` sets it. Anything else goes through
+    the ORM's calls. Build one per model and database vendor (``row_writer``)."""
+
+    def __init__(self, model: type[models.Model], *, with_id: bool) -> None:
+        fields = [
+            field for field in model._meta.local_concrete_fields if with_id or not field.primary_key
+        ]
+        quote = current().ops.quote_name
+        self.columns = ", ".join(quote(field.column) for field in fields)
+        self.one_row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        # On PostgreSQL the ORM sends an integer wrapped in its column's type (psycopg's Int2...).
+        sizes = getattr(current().ops, "integerfield_type_map", {})
+        self.kinds = []
+        for field in fields:
+            kind, plain = _field_kind(field)
+            if kind is _INT:
+                plain = sizes.get(_integer_type(field), int)
+            self.kinds.append((field, field.attname, kind, plain))
+
+    def params(self, rows: Sequence[Any]) -> list[Any]:
+        db = current()
+        params: list[Any] = []
+        now = None
+        for row in rows:
+            values = row.__dict__
+            for field, attname, kind, plain in self.kinds:
+                value = values.get(attname)
+                if kind is _PLAIN and (value is None or type(value) is plain):
+                    params.append(value)
+                elif kind is _INT and (value is None or type(value) is int):
+                    params.append(value if value is None or plain is int else plain(value))
+                elif kind is _JSON:
+                    params.append(json_param(field, value))
+                elif kind is _CREATED:
+                    if now is None:
+                        now = timezone.now()
+                    setattr(row, attname, now)
+                    params.append(db_datetime(now))
+                elif kind is _DATETIME and (value is None or _aware(value)):
+                    params.append(None if value is None else db_datetime(value))
+                else:
+                    params.append(field.get_db_prep_save(field.pre_save(row, True), db))
+        return params
+
+
+_PLAIN, _INT, _JSON, _CREATED, _DATETIME, _ORM = range(6)
+_INTEGER_FIELDS = (
+    models.AutoField, models.BigAutoField, models.IntegerField, models.BigIntegerField,
+    models.PositiveIntegerField, models.PositiveSmallIntegerField, models.SmallIntegerField,
+)  # fmt: skip
+
+
+def _aware(value: Any) -> bool:
+    return type(value) is datetime.datetime and value.tzinfo is not None
+
+
+def _integer_type(field: models.Field) -> str:
+    target = field.target_field if isinstance(field, models.ForeignKey) else field
+    return str(target.get_internal_type())
+
+
+def _field_kind(field: models.Field) -> tuple[int, type | None]:
+    """How ``RowWriter`` makes a field's parameter, and the type of a plain value."""
+    kind = type(field)
+    if isinstance(field, models.ForeignKey):
+        return (_INT, int) if type(field.target_field) in _INTEGER_FIELDS else (_ORM, None)
+    if kind in _INTEGER_FIELDS:
+        return _INT, int
+    if kind is models.FloatField:
+        return _PLAIN, float
+    if kind in (models.CharField, models.TextField):
+        return _PLAIN, str
+    if kind is models.JSONField and field.encoder is None:
+        return _JSON, None
+    if kind is models.DateTimeField and not field.auto_now:
+        return (_CREATED if field.auto_now_add else _DATETIME), None
+    return _ORM, None
+
+
+_row_writers: dict[tuple[type[models.Model], bool, str], RowWriter] = {}
+
+
+def row_writer(model: type[models.Model], *, with_id: bool) -> RowWriter:
+    """``RowWriter`` of ``model`` (its id column included or not) on the database in use."""
+    key = (model, with_id, vendor())
+    writer = _row_writers.get(key)
+    if writer is None:
+        writer = _row_writers[key] = RowWriter(model, with_id=with_id)
+    return writer
 
 
 class NotStoredInOneStatement(Exception):
@@ -333,10 +417,15 @@ def advance_seq_storing(statement: tuple[str, Sequence[Any]]) -> int | None:
     return last_seq
 
 
-def advance_seq_storing_together(statements: Sequence[tuple[str, Sequence[Any]]]) -> list[int]:
+def advance_seq_storing_together(
+    statements: Sequence[tuple[str, Sequence[Any]]], *, durable: bool = True
+) -> list[int]:
     """Several statements of ``storing_statement`` (none quiet) in one round trip and one
     transaction: BEGIN, the statements and COMMIT sent together in psycopg's pipeline (inside a
-    caller's atomic block: the statements in a savepoint of it). Returns each one's last_seq.
+    caller's atomic block: the statements in a savepoint of it). Not ``durable``, the commit
+    does not wait for the disk (``synchronous_commit`` off for this transaction: a crash of the
+    database server may lose it, never a part of it; the next commit that waits keeps it too).
+    Returns each one's last_seq.
     Nothing is kept unless all are: raises NotStoredInOneStatement if any of them found the rows
     not as its caller expected; any other error (the database's, or one raised here while the
     statements were being sent) rolls the transaction back and propagates."""
@@ -351,6 +440,8 @@ def advance_seq_storing_together(statements: Sequence[tuple[str, Sequence[Any]]]
         with connection.wrap_database_errors, raw.pipeline():
             if begin:
                 psycopg.RawCursor(raw).execute("BEGIN")
+                if not durable:
+                    psycopg.RawCursor(raw).execute("SET LOCAL synchronous_commit TO OFF")
             for sql, params in statements:
                 cursor = psycopg.RawCursor(raw)
                 cursors.append(cursor)
@@ -452,6 +543,60 @@ def storing_statement(
         f"WITH {', '.join(parts)} SELECT run_row.last_seq, "
         f"1 / (CASE WHEN {expected} THEN 1 ELSE 0 END) "
         f"FROM (SELECT {step_count} AS n) AS stepped LEFT JOIN run_row ON true"
+    )
+    return sql, params
+
+
+def storing_held_statement(
+    run_id: int,
+    *,
+    steps: Sequence[tuple[str, Sequence[Any]]],
+    inserts: Sequence[tuple[str, Sequence[Any]]],
+    assignments: Sequence[str],
+    assignment_params: Sequence[Any],
+    conditions: Sequence[str],
+    condition_params: Sequence[Any],
+    events: Sequence[dict[str, Any]],
+    created_at: Any,
+) -> tuple[str, list[Any]]:
+    """Several engine callbacks in one statement (PostgreSQL), when their caller kept what they
+    do to the run's row (``services/recorder.py``, ``_Held``): the UPDATEs ``steps`` of step
+    rows (``... RETURNING id``, each to write one row), the INSERTs ``inserts`` of new rows
+    (whose ids were allocated), one UPDATE of the run's row with ``assignments`` where
+    ``conditions`` hold and every step row was written, and one INSERT of ``events``, numbered
+    by the caller (``events.numbered``). Sent like ``storing_statement``'s, it returns the run's
+    last_seq, and divides by zero (undoing itself) when the run's row or a step's row matched
+    nothing. The step rows are written before the run's, the order every writer locks them in."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for position, (step_sql, step_params) in enumerate(steps):
+        parts.append(f"step_{position} AS ({step_sql})")
+        params += step_params
+    for position, (insert_sql, insert_params) in enumerate(inserts):
+        parts.append(f"inserted_{position} AS ({insert_sql})")
+        params += insert_params
+    where = " AND ".join(
+        ("id = %s", *conditions, *(f"EXISTS (SELECT 1 FROM step_{n})" for n in range(len(steps))))
+    )
+    parts.append(
+        f"run_row AS (UPDATE {RUN_TABLE} SET {', '.join(assignments)} WHERE {where} "
+        "RETURNING last_seq)"
+    )
+    params += [*assignment_params, run_id, *condition_params]
+    if events:
+        values = ", ".join(["(%s, %s, CAST(%s AS jsonb))"] * len(events))
+        parts.append(
+            f"new_events AS (INSERT INTO {EVENT_TABLE} (run_id, seq, type, data, created_at) "
+            "SELECT %s, item.seq, item.type, item.data, %s "
+            f"FROM run_row, (VALUES {values}) AS item(seq, type, data))"
+        )
+        params += [run_id, created_at]
+        for event in events:
+            params += [event["seq"], event["type"], json_param(_EVENT_DATA, event)]
+    sql = (
+        f"WITH {', '.join(parts)} SELECT run_row.last_seq, "
+        "1 / (CASE WHEN run_row.last_seq IS NOT NULL THEN 1 ELSE 0 END) "
+        "FROM (SELECT 1) AS one LEFT JOIN run_row ON true"
     )
     return sql, params
 

@@ -158,6 +158,12 @@ if CONDUCTOR_DB_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"].endswith(
     # psycopg prepares a statement that asks for it only once a threshold is set (Django sets
     # none). Django's own cursors bind on the client and never ask; this one is never reached.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
+# With CONDUCTOR_DB_ASYNC_PROGRESS, a run's progress (its plans, step starts and results, stored
+# together as it executes) is committed on PostgreSQL without waiting for the disk: a crash of
+# the database server can then lose its last fraction of a second (the run resumes from what was
+# kept, as after a worker's crash, and may call a step's model again). Its claim and its end
+# always wait for the disk, and so keep everything stored before them.
+CONDUCTOR_DB_ASYNC_PROGRESS = env_flag("CONDUCTOR_DB_ASYNC_PROGRESS")
 # --- end of database connections -----------------------------------------------------------------
 
 if REDIS_URL:

@@ -80,19 +80,7 @@ def run_claim(*, run_id: int, executor: str, lease_seconds: float | None) -> Cla
     previous executor that never let go counts as an interruption. When that makes
     ``CONDUCTOR_RUN_MAX_INTERRUPTIONS``, the run is failed with that reason and None returned.
     """
-    now = timezone.now()
-    expires = now + timedelta(seconds=lease_seconds) if lease_seconds is not None else None
-    # One statement in plain SQL: it runs once per execution, and the ORM took longer to build
-    # it than the database to run it.
-    sql = (
-        f"UPDATE {RUN_TABLE} SET executor = %s, lease_expires_at = %s, fence = fence + 1, "
-        "interruptions = interruptions + CASE WHEN executor = '' THEN 0 ELSE 1 END "
-        f"WHERE id = %s AND status NOT IN ({', '.join(['%s'] * len(Run.FINISHED))})"
-    )
-    params = [executor, db_datetime(expires), run_id, *(str(s) for s in Run.FINISHED)]
-    if lease_seconds is not None:
-        sql += " AND (executor = '' OR lease_expires_at < %s)"
-        params.append(db_datetime(now))
+    sql, params = claim_update(run_id=run_id, executor=executor, lease_seconds=lease_seconds)
     # With RETURNING it is one statement, atomic by itself; else the read-back joins it.
     with nullcontext() if can_return() else transaction.atomic():
         row = update_returning(
@@ -101,6 +89,41 @@ def run_claim(*, run_id: int, executor: str, lease_seconds: float | None) -> Cla
     if row is None:
         return None
     fence, interruptions = row
+    return claim_taken(
+        run_id=run_id,
+        executor=executor,
+        lease_seconds=lease_seconds,
+        fence=fence,
+        interruptions=interruptions,
+    )
+
+
+def claim_update(
+    *, run_id: int, executor: str, lease_seconds: float | None
+) -> tuple[str, list[object]]:
+    """The UPDATE that claims a run (``run_claim``), without its RETURNING, and its parameters:
+    it matches no row when the run cannot be taken now (one statement in plain SQL: it runs
+    once per execution, and the ORM took longer to build it than the database to run it)."""
+    now = timezone.now()
+    expires = now + timedelta(seconds=lease_seconds) if lease_seconds is not None else None
+    sql = (
+        f"UPDATE {RUN_TABLE} SET executor = %s, lease_expires_at = %s, fence = fence + 1, "
+        "interruptions = interruptions + CASE WHEN executor = '' THEN 0 ELSE 1 END "
+        f"WHERE id = %s AND status NOT IN ({', '.join(['%s'] * len(Run.FINISHED))})"
+    )
+    params: list[object] = [executor, db_datetime(expires), run_id]
+    params += [str(s) for s in Run.FINISHED]
+    if lease_seconds is not None:
+        sql += " AND (executor = '' OR lease_expires_at < %s)"
+        params.append(db_datetime(now))
+    return sql, params
+
+
+def claim_taken(
+    *, run_id: int, executor: str, lease_seconds: float | None, fence: int, interruptions: int
+) -> Claim | None:
+    """The claim that ``claim_update`` took (the fence and interruptions it left on the row);
+    None, having failed the run, when its interruptions reached the limit."""
     limit = settings.CONDUCTOR_RUN_MAX_INTERRUPTIONS
     if interruptions >= limit:
         logger.error("run %s killed its executor %s times; failing it", run_id, interruptions)

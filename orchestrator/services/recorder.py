@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -41,6 +42,7 @@ from orchestrator.sql import (
     insert_rows,
     insert_statement,
     json_param,
+    storing_held_statement,
     storing_statement,
 )
 
@@ -93,12 +95,17 @@ DEFERRED = -1
 
 
 class _Held:
-    """What callbacks stored together on SQLite have done to the run's row and its events, kept
-    here from the batch's start and written by ``RunRecorder._release_held`` in one UPDATE and
-    one INSERT. Nothing else can write the row meanwhile: SQLite lets one writer in at a time,
-    from its first write to its commit (the row is written only if it is as it was held)."""
+    """What callbacks stored together have done to the run's row and its events, kept here from
+    the batch's start and written by ``RunRecorder._release_held`` once, only if the row is
+    still as it was held. On SQLite, in one UPDATE and one INSERT at the end of the batch's
+    transaction (nothing else can write the row meanwhile: SQLite lets one writer in at a time,
+    from its first write to its commit). On PostgreSQL, with the batch's writes to step rows and
+    its new rows, in one statement (``sql.storing_held_statement``)."""
 
-    __slots__ = ("changed", "events", "first_seq", "last_seq", "moved_at", "totals")
+    __slots__ = (
+        "changed", "ended", "events", "first_seq", "last_seq", "moved_at", "new_rows", "steps",
+        "totals", "written_steps",
+    )  # fmt: skip
 
     def __init__(self, last_seq: int, totals: dict[str, Any]) -> None:
         self.first_seq = self.last_seq = last_seq  # as stored, and as it will be
@@ -106,6 +113,12 @@ class _Held:
         self.changed = False
         self.events: list[dict[str, Any]] = []
         self.moved_at: Any = None  # when the first of them moved the run's status, if one did
+        self.ended: dict[str, Any] = {}  # how the run ended, if one of them ended it
+        # PostgreSQL: the UPDATEs of step rows (each to write one) and the new rows, inserted as
+        # they are when written (a step created and started in one batch is inserted started).
+        self.steps: list[tuple[str, list[Any]]] = []
+        self.written_steps: set[int] = set()
+        self.new_rows: list[list[Any]] = []
 
 
 class _NotDeferred(Exception):
@@ -119,15 +132,18 @@ class RunRecorder:
     ``steps`` are the run's stored Step rows (a resumed run has some), ``plan_rounds`` the rounds
     whose plan is stored, ``totals`` the run's stored totals, ``status`` its stored status and
     ``last_seq`` its last event's seq: the recorder keeps all five current. Every method
-    publishes its events with ``deliver``, which receives them after the commit. With ``fence`` (the execution's fencing token), a callback
-    is stored only while the run's fence is still that one; else it raises RunTakenOver.
+    publishes its events with ``deliver``, which receives them after the commit. With ``fence``
+    (the execution's fencing token), a callback is stored only while the run's fence is still
+    that one; else it raises RunTakenOver. ``ids_ahead`` are plan and step ids taken for it
+    (PostgreSQL), used before any other.
 
     Each callback is one transaction of two to four short statements, in plain SQL where the ORM
     would spend more time building a statement than the database spends running it: the step's
     row first (conditional, so a stored result is never overwritten), then one UPDATE of the run
     row that checks its status, adds to its totals and takes the seqs of the callback's events
     (the row lock it holds until the commit keeps seqs gapless and in commit order), then one
-    INSERT of those events.
+    INSERT of those events. Callbacks stored together (``record``) hold the run's row instead
+    (``_Held``) and write it once.
     """
 
     def __init__(
@@ -142,6 +158,7 @@ class RunRecorder:
         deliver: Any = None,
         fence: int | None = None,
         last_seq: int | None = None,
+        ids_ahead: tuple[Sequence[int], Sequence[int]] = ((), ()),
     ) -> None:
         self.run_id = run_id
         self.fence = fence
@@ -150,9 +167,11 @@ class RunRecorder:
         self.worker_ids = list(worker_ids)
         self.steps: dict[tuple[int, int], Step] = {(s.round, s.index): s for s in steps}
         self.plan_rounds = set(plan_rounds)
-        # Plan ids taken ahead (PostgreSQL): the next plan stored, often the run's last one,
-        # stored with its end, needs no statement of its own to take one.
-        self.plan_ids: list[int] = []
+        # Plan and step ids taken ahead (PostgreSQL; ``ids_ahead``, taken when the execution
+        # loaded the run): a plan stored with them, or with the run's end, needs no statement
+        # of its own to take ids first.
+        self.plan_ids: list[int] = sorted(ids_ahead[0])
+        self.step_ids: list[int] = sorted(ids_ahead[1])
         self.totals = dict.fromkeys(TOTAL_FIELDS, 0) | dict(totals or {})
         self.status = status
         self.deliver = deliver
@@ -173,30 +192,51 @@ class RunRecorder:
             return
         events.store_events(self.run_id, items, last_seq=last_seq, deliver=self.deliver)
 
-    def _release_held(self) -> None:
+    def _release_held(self, *, durable: bool = True) -> None:
         """Write what the callbacks stored together did to the run's row (its seqs, totals and
-        status, as this recorder has them) and insert their events; from here on, each statement
-        goes to the database again."""
+        status, as this recorder has them) and insert their events (PostgreSQL: with their other
+        writes, in one statement, whose commit waits for the disk if ``durable``); from here on,
+        each statement goes to the database again."""
         held, self._held = self._held, None
         if held is None:
             return
+        assignments = ["last_seq = %s", *(f"{field} = %s" for field in TOTAL_FIELDS)]
+        params: list[Any] = [held.last_seq, *(self.totals[f] for f in TOTAL_FIELDS)]
+        if held.moved_at is not None or held.ended:
+            assignments += ["status = %s", "started_at = COALESCE(started_at, %s)"]
+            params += [str(self.status), held.moved_at or held.ended["finished_at"]]
+        assignments += [f"{field} = %s" for field in held.ended]
+        params += held.ended.values()
+        # Only while the row is as this recorder last knew it, the execution still holds it
+        # and it has not finished: else the callbacks are refused (and stored one by one, the
+        # way that tells what happened).
+        same = "IS NOT DISTINCT FROM" if can_store_in_one_statement() else "IS"
+        conditions, condition_params = self._conditions(True)
+        conditions = ["last_seq = %s", *conditions, *(f"{f} {same} %s" for f in TOTAL_FIELDS)]
+        condition_params = [held.first_seq, *condition_params, *held.totals]
+        if can_store_in_one_statement():
+            if held.changed or held.steps or held.new_rows or held.events:
+                statement = storing_held_statement(
+                    self.run_id,
+                    steps=held.steps,
+                    inserts=[insert_statement(rows) for rows in held.new_rows],
+                    assignments=assignments,
+                    assignment_params=params,
+                    conditions=conditions,
+                    condition_params=condition_params,
+                    events=held.events,
+                    created_at=db_datetime(timezone.now()),
+                )
+                advance_seq_storing_together([statement], durable=durable)
+                self.last_seq = held.last_seq
+                events.deliver_on_commit(held.events, self.deliver)
+            return
         if held.changed:
-            assignments = ["last_seq = %s", *(f"{field} = %s" for field in TOTAL_FIELDS)]
-            params: list[Any] = [held.last_seq, *(self.totals[f] for f in TOTAL_FIELDS)]
-            if held.moved_at is not None:
-                assignments += ["status = %s", "started_at = COALESCE(started_at, %s)"]
-                params += [str(self.status), held.moved_at]
-            # Only while the row is as this recorder last knew it, the execution still holds it
-            # and it has not finished: else the callbacks are refused (and stored one by one,
-            # the way that tells what happened).
-            conditions, condition_params = self._conditions(True)
-            where = " AND ".join(
-                ("id = %s", "last_seq = %s", *conditions, *(f"{f} IS %s" for f in TOTAL_FIELDS))
-            )
             with hot_cursor() as cursor:
                 cursor.execute(
-                    f"UPDATE {RUN_TABLE} SET {', '.join(assignments)} WHERE {where}",
-                    [*params, self.run_id, held.first_seq, *condition_params, *held.totals],
+                    f"UPDATE {RUN_TABLE} SET {', '.join(assignments)} "
+                    f"WHERE {' AND '.join(('id = %s', *conditions))}",
+                    [*params, self.run_id, *condition_params],
                 )
                 if cursor.rowcount != 1:
                     raise NotStoredInOneStatement(f"run {self.run_id} is not as it was held")
@@ -323,20 +363,39 @@ class RunRecorder:
         add: dict[str, Any] | None = None,
         move_to: str | None = None,
         quiet_without_step: bool = False,
-        inserts: Sequence[tuple[str, Sequence[Any]]] = (),
+        step: Step | None = None,
+        new_rows: Sequence[list[Any]] = (),
         sets: Sequence[str] = (),
         set_params: Sequence[Any] = (),
         condition: str = "",
         condition_params: Sequence[Any] = (),
     ) -> int | None:
         """Store a callback in one statement where the database can (``sql.advance_seq_storing``):
-        the step's row, the new rows of ``inserts``, the run's row (only while its totals are what
+        the step's row (``step``, written by ``step_sql``), ``new_rows`` (lists of new rows of one
+        model, their ids set), the run's row (only while its totals are what
         this recorder last read, so the totals in ``items`` are the row's, and ``condition``
         holds; with ``sets`` too), the events. Returns the run's new last_seq (None: no step row
         matched, nothing written; ``DEFERRED`` while callbacks are taken together: it is sent with
         them by ``record``). Raises NotStoredInOneStatement when the caller must store the
         callback the general way, which has nothing written to undo."""
         add = add or {}
+        if self._held is not None:
+            # Kept, and written with the other callbacks stored together (``_release_held``;
+            # the run's end is held by ``_finish_held``, never here).
+            assert not sets and not condition
+            new_ids = {
+                row.pk for rows in self._held.new_rows for row in rows if isinstance(row, Step)
+            }
+            if step_sql and (step is None or step.pk not in new_ids):
+                if step is None or step.pk in self._held.written_steps:
+                    # A statement writes a row once: this one goes after those before it.
+                    raise _NotDeferred
+                self._held.steps.append((step_sql, list(step_params)))
+                self._held.written_steps.add(step.pk)
+            self._held.new_rows += [rows for rows in new_rows if rows]
+            last_seq = self._advance_held(len(items), add, move_to, True)
+            self._publish(items, last_seq)  # checks the event types
+            return last_seq
         assignments, assignment_params = _run_assignments(add, move_to)
         assignments += sets
         assignment_params += set_params
@@ -359,7 +418,7 @@ class RunRecorder:
             "condition_params": run_condition_params,
             "events": [{"type": type, "run": self.run_id, **data} for type, data in items],
             "created_at": db_datetime(timezone.now()),
-            "inserts": inserts,
+            "inserts": [insert_statement(rows) for rows in new_rows if rows],
         }
 
         def stored(last_seq: int) -> None:
@@ -426,10 +485,22 @@ class RunRecorder:
         return list(rows.values())
 
     def _store_plans(self, rows: list[Plan]) -> list:
-        """Insert new plan rows; returns their ``plan.created`` events."""
+        """Insert new plan rows (PostgreSQL, the run's row held: with the other callbacks stored
+        together, their ids taken ahead); returns their ``plan.created`` events."""
         if not rows:
             return []
-        insert_rows(rows)
+        if self._held is not None and can_store_in_one_statement():
+            missing = len(rows) - len(self.plan_ids)
+            if missing > 0:
+                self.plan_ids += allocate_ids([(Plan, missing)])[0]
+            for row in rows:
+                row.pk = self.plan_ids.pop(0)
+            self._held.new_rows.append(rows)
+            for row in rows:
+                row._state.adding = False
+                row._state.db = connection.alias
+        else:
+            insert_rows(rows)
         self.plan_rounds.update(row.round for row in rows)
         return [(wire.PLAN_CREATED, {"plan": wire.plan_data(row)}) for row in rows]
 
@@ -454,7 +525,9 @@ class RunRecorder:
         last seq and status, the run's row written once, with all their events in one INSERT:
         ``_Held``), on PostgreSQL in one round trip and one transaction where each can be one
         statement (``sql.advance_seq_storing_together``; a callback that cannot goes alone,
-        after those before it). If one is refused (the run
+        after those before it), all of them one statement when this recorder knows the run's
+        last seq and status (``_Held`` too; a second write to one step row goes alone, after
+        those before it). If one is refused (the run
         finished or was taken over, a step has its result) or fails, none is kept, this
         recorder's state goes back, and the callbacks are stored one by one, the way that tells
         what happened: those before the one that raises are then kept, as when each came alone.
@@ -505,6 +578,7 @@ class RunRecorder:
             self.status,
             set(self.plan_rounds),
             list(self.plan_ids),
+            list(self.step_ids),
             self.last_seq,
         )
 
@@ -512,13 +586,24 @@ class RunRecorder:
         for undo in reversed(self._undo):
             undo()
         self._undo = []
-        self.totals, self.status, self.plan_rounds, self.plan_ids, self.last_seq = saved
+        (
+            self.totals,
+            self.status,
+            self.plan_rounds,
+            self.plan_ids,
+            self.step_ids,
+            self.last_seq,
+        ) = saved
 
     def _record_together(self, calls: Sequence[tuple[str, tuple[Any, ...]]]) -> None:
         position = 0
         while position < len(calls):
             saved = self._state_saved()
             self._deferred = []
+            if self.last_seq is not None and self.status is not None:
+                # The row as this recorder knows it (an execution always does), held: written
+                # once, with the callbacks' other writes, in one statement (``_release_held``).
+                self._held = _Held(self.last_seq, self.totals)
             deferred_calls, alone, sending = 0, False, False
             try:
                 for name, args in calls[position:]:
@@ -530,8 +615,17 @@ class RunRecorder:
                     deferred_calls += 1
                 statements, self._deferred = self._deferred, None
                 sending = True
+                # The run's end waits for the disk (and so keeps what came before it); its
+                # progress does too unless CONDUCTOR_DB_ASYNC_PROGRESS (webui/settings.py).
+                durable = not settings.CONDUCTOR_DB_ASYNC_PROGRESS or any(
+                    name == "run_finished"
+                    for name, _ in calls[position : position + deferred_calls]
+                )
+                self._release_held(durable=durable)
                 last_seqs = (
-                    advance_seq_storing_together([(sql, params) for sql, params, _ in statements])
+                    advance_seq_storing_together(
+                        [(sql, params) for sql, params, _ in statements], durable=durable
+                    )
                     if statements
                     else []
                 )
@@ -539,7 +633,7 @@ class RunRecorder:
                 # Refused, or failed while taking or sending them: none of them is stored.
                 # Back to the state before them; then one by one (the one that failed while
                 # being taken included), the way that tells what happened.
-                self._deferred = None
+                self._deferred, self._held = None, None
                 self._state_restored(saved)
                 again = deferred_calls if sending else deferred_calls + 1
                 for name, args in calls[position : position + again]:
@@ -547,7 +641,7 @@ class RunRecorder:
                 position += again
                 continue
             finally:
-                self._deferred, self._undo = None, []
+                self._deferred, self._held, self._undo = None, None, []
             for (_, _, stored), last_seq in zip(statements, last_seqs, strict=True):
                 stored(last_seq)
             position += deferred_calls
@@ -646,17 +740,21 @@ class RunRecorder:
     ) -> None:
         """``plan_created`` in two statements (PostgreSQL): the new rows' ids, then the rows with
         what the steps read, the run's totals and the events (``_store_in_one_statement``)."""
-        # One plan id more than this round needs, for the next plan.
-        counts = [(Plan, len(plan_rows) + 1 - len(self.plan_ids)), (Step, len(new_steps))]
-        ids = allocate_ids([(model, count) for model, count in counts if count > 0])
-        if counts[0][1] > 0:
-            self.plan_ids = sorted(self.plan_ids + ids.pop(0))
+        # Those not taken ahead, and one plan id more than this round needs, for the next plan.
+        plans_missing = len(plan_rows) + 1 - len(self.plan_ids)
+        steps_missing = len(new_steps) - len(self.step_ids)
+        if plans_missing > 0 or steps_missing > 0:
+            counts = [(Plan, plans_missing), (Step, steps_missing)]
+            taken = iter(allocate_ids([(model, n) for model, n in counts if n > 0]))
+            if plans_missing > 0:
+                self.plan_ids = sorted(self.plan_ids + next(taken))
+            if steps_missing > 0:
+                self.step_ids = sorted(self.step_ids + next(taken))
         for row in plan_rows:
             row.pk = self.plan_ids.pop(0)
-        if new_steps:
-            for row, pk in zip(new_steps, ids.pop(0), strict=True):
-                row.pk = pk
-                row.plan = plan_rows[0] if plan_rows else None
+        for row in new_steps:
+            row.pk = self.step_ids.pop(0)
+            row.plan = plan_rows[0] if plan_rows else None
         known = {key: row.pk for key, row in self.steps.items()}
         known.update({(row.round, row.index): row.pk for row in new_steps})
         new_by_index = {row.index: row for row in new_steps}
@@ -664,12 +762,11 @@ class RunRecorder:
             row = new_by_index.get(record.index)
             if row is not None and record.reads:
                 row.reads = [known[(record.round, read)] for read in record.reads]
-        inserts = [insert_statement(rows) for rows in (plan_rows, new_steps) if rows]
         items: list[tuple[str, dict[str, Any]]] = [
             (wire.PLAN_CREATED, {"plan": wire.plan_data(row)}) for row in plan_rows
         ]
         items += [(wire.STEP_CREATED, {"step": wire.step_data(row)}) for row in new_steps]
-        self._store_in_one_statement(items, add=usage, inserts=inserts)
+        self._store_in_one_statement(items, add=usage, new_rows=[plan_rows, new_steps])
         for row in [*plan_rows, *new_steps]:
             row._state.adding = False
             row._state.db = connection.alias
@@ -750,6 +847,7 @@ class RunRecorder:
                     ],
                     step_sql=f"{_STEP_STARTED_SQL} RETURNING id",
                     step_params=params,
+                    step=row,
                     move_to=running if moving else None,
                 )
                 self._set_row(row, started)
@@ -825,6 +923,7 @@ class RunRecorder:
                     ],
                     step_sql=f"{_STEP_RESULT_SQL} RETURNING id",
                     step_params=params,
+                    step=row,
                     add=add,
                     quiet_without_step=True,  # the step has its result: it is kept
                 )
@@ -873,6 +972,11 @@ class RunRecorder:
         assignment_sql = [f"{name} = %s" for name in assignments]
         assignment_sql.append("started_at = COALESCE(started_at, %s)")
         assignment_params = [*assignments.values(), db_datetime(finished_at)]
+        if self._held is not None and not any(
+            row.status in Step.OPEN for row in self.steps.values()
+        ):
+            self._finish_held(result, status, plan_rows, finished_at, assignments, score, grader)
+            return
         if can_store_in_one_statement() and not any(
             row.status in Step.OPEN for row in self.steps.values()
         ):
@@ -951,6 +1055,51 @@ class RunRecorder:
             )
             self._publish(items, last_seq)
 
+    def _finish_held(
+        self,
+        result: RunResult,
+        status: str,
+        plan_rows: list[Plan],
+        finished_at: Any,
+        assignments: dict[str, Any],
+        score: float | None,
+        grader: str,
+    ) -> None:
+        """``run_finished`` on the row held (``_Held``), when no step of the run is open as this
+        recorder knows them: its end is written with the batch's other changes to the row (the
+        write checks the run is still unfinished and as held)."""
+        last_seq, _ = self._advance_run(event_count=len(plan_rows) + 1)  # raises if finished
+        items = self._store_plans(plan_rows)
+        assert self._held is not None
+        self.status = status
+        totals = result.totals
+        self.totals.update(
+            tokens_in=totals.tokens_in,
+            tokens_out=totals.tokens_out,
+            cost=totals.cost,
+            model_calls=totals.model_calls,
+            wall_time=totals.wall_time,
+        )
+        self._held.ended = {
+            name: assignments[name] for name in ("answer", "error", "score", "finished_at")
+        }
+        items.append(
+            (
+                wire.RUN_FINISHED,
+                wire.finished_data(
+                    status=status,
+                    answer=result.answer,
+                    score=score,
+                    error=assignments["error"],
+                    totals=dict(self.totals),
+                    finished_at=finished_at,
+                    closed_steps={},
+                    grader=grader,
+                ),
+            )
+        )
+        self._publish(items, last_seq)
+
     def _store_finish_in_one_statement(
         self,
         plan_rows: list[Plan],
@@ -967,14 +1116,13 @@ class RunRecorder:
             self.plan_ids += allocate_ids([(Plan, missing)])[0]
         for row in plan_rows:
             row.pk = self.plan_ids.pop(0)
-        inserts = [insert_statement(plan_rows)] if plan_rows else []
         items: list[tuple[str, dict[str, Any]]] = [
             (wire.PLAN_CREATED, {"plan": wire.plan_data(row)}) for row in plan_rows
         ]
         items.append((wire.RUN_FINISHED, finished))
         self._store_in_one_statement(
             items,
-            inserts=inserts,
+            new_rows=[plan_rows],
             sets=sets,
             set_params=set_params,
             condition=(

@@ -69,8 +69,8 @@ class RecordingObserver:
     """A RunObserver that persists every callback of one run and publishes its events.
 
     Built by ``run_execute_async`` from what it loaded: the run's worker row ids (the engine's
-    worker indices map onto them), its stored steps, plan rounds, totals and last seq, and the
-    reference and grader that score the final answer.
+    worker indices map onto them), its stored steps, plan rounds, totals and last seq, the plan
+    and step ids taken ahead for it, and the reference and grader that score the final answer.
     """
 
     def __init__(
@@ -86,6 +86,7 @@ class RecordingObserver:
         status: str | None = None,
         fence: int | None = None,
         last_seq: int | None = None,
+        ids_ahead: tuple[Sequence[int], Sequence[int]] = ((), ()),
         write_behind: bool = False,
     ) -> None:
         self.reference = reference
@@ -117,6 +118,7 @@ class RecordingObserver:
             deliver=self._outbox.append,
             fence=fence,
             last_seq=last_seq,
+            ids_ahead=ids_ahead,
         )
         # Built once: each hop to the database thread costs less without it.
         self._record = sync_to_async(self.recorder.record)

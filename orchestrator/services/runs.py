@@ -44,6 +44,8 @@ from orchestrator.services.grading import code_grading_problem
 from orchestrator.services.nesting import CallingStepObserver
 from orchestrator.services.ownership import (
     Claim,
+    claim_taken,
+    claim_update,
     new_executor_token,
     run_claim,
     run_claim_forget,
@@ -53,7 +55,13 @@ from orchestrator.services.ownership import (
 from orchestrator.services.recorder import RunClosed, RunTakenOver
 from orchestrator.services.recording import RecordingObserver
 from orchestrator.services.replay import replay_execution_state, replay_strategy
-from orchestrator.sql import current, hot_cursor, model_columns
+from orchestrator.sql import (
+    can_store_in_one_statement,
+    current,
+    fetch_bound,
+    hot_cursor,
+    model_columns,
+)
 from orchestrator.telemetry import run_trace_enqueue
 
 logger = logging.getLogger(__name__)
@@ -252,6 +260,8 @@ class _Execution:
     workers: list[Worker]
     plans: list[Plan]
     steps: list[Step]
+    # Plan and step ids taken for the rows it will store (PostgreSQL; see ``_claim_and_load``).
+    ids_ahead: tuple[list[int], list[int]] = ([], [])
     replay: ReplayState | None = None
 
     def resume(self) -> ResumeState:
@@ -339,6 +349,7 @@ async def run_execute_async(
             status=run.status,
             fence=claim.fence,
             last_seq=run.last_seq,
+            ids_ahead=execution.ids_ahead,
             # An observer of the caller's hears each callback once it is stored.
             write_behind=observer is None,
         )
@@ -459,10 +470,17 @@ def short_error(error: BaseException) -> str:
 
 def _load_execution(*, run_id: int, executor: str, exclusive: bool) -> _Execution | None:
     lease_seconds = None if exclusive else settings.CONDUCTOR_RUN_LEASE_SECONDS
-    claim = run_claim(run_id=run_id, executor=executor, lease_seconds=lease_seconds)
-    if claim is None:
-        return None
-    run, pool, workers = _run_pool_and_workers(run_id)
+    ids_ahead: tuple[list[int], list[int]] = ([], [])
+    if can_store_in_one_statement():  # PostgreSQL: the claim and the load in one round trip
+        loaded = _claim_and_load(run_id=run_id, executor=executor, lease_seconds=lease_seconds)
+        if loaded is None:
+            return None
+        claim, run, pool, workers, ids_ahead = loaded
+    else:
+        claim = run_claim(run_id=run_id, executor=executor, lease_seconds=lease_seconds)
+        if claim is None:
+            return None
+        run, pool, workers = _run_pool_and_workers(run_id)
     # Every plan or step the recorder stores comes with its events, in the same transaction: a
     # queued run that has published nothing since its creation has none to resume from.
     fresh = run.status == Run.Status.QUEUED and run.last_seq <= 1
@@ -473,6 +491,7 @@ def _load_execution(*, run_id: int, executor: str, exclusive: bool) -> _Executio
         workers=workers,
         plans=[] if fresh else list(Plan.objects.filter(run_id=run_id).order_by("round")),
         steps=[] if fresh else list(Step.objects.filter(run_id=run_id).order_by("round", "index")),
+        ids_ahead=ids_ahead,
     )
     if run.replay_of_id is not None:  # resumes from its source's results (services/replay.py)
         execution.replay = replay_execution_state(
@@ -486,29 +505,101 @@ def _run_pool_and_workers(run_id: int) -> tuple[Run, Pool, list[Worker]]:
     order (``position``, ``id``), in one statement of plain SQL (a row per worker): every
     execution loads them, and the ORM took longer to build the queries than the database to
     answer them."""
-    run_columns, pool_columns = model_columns(Run), model_columns(Pool)
-    worker_columns = model_columns(Worker)
-    quote = current().ops.quote_name
-    run_table, pool_table = quote(Run._meta.db_table), quote(Pool._meta.db_table)
-    worker_table = quote(Worker._meta.db_table)
+    run_table = current().ops.quote_name(Run._meta.db_table)
     with hot_cursor() as cursor:
         cursor.execute(
-            f"SELECT {run_columns.sql}, {pool_columns.sql}, {worker_columns.sql} "
-            f"FROM {run_table} JOIN {pool_table} ON {pool_table}.id = {run_table}.pool_id "
-            f"LEFT JOIN {worker_table} ON {worker_table}.{quote('pool_id')} = {pool_table}.id "
-            f"AND {worker_table}.{quote('enabled')} = %s WHERE {run_table}.id = %s "
-            f"ORDER BY {worker_table}.{quote('position')}, {worker_table}.{quote('id')}",
+            _run_pool_and_workers_sql(
+                f"SELECT {model_columns(Run).sql}",
+                "",
+                f"FROM {run_table}",
+                run_table,
+                f"{run_table}.id = %s",
+            ),
             [True, run_id],
         )
         rows = cursor.fetchall()
     if not rows:
         raise Run.DoesNotExist(f"run {run_id} does not exist")
+    return _run_pool_and_workers_from(rows)
+
+
+def _run_pool_and_workers_sql(select: str, more: str, source: str, run: str, where: str) -> str:
+    """The SELECT of ``_run_pool_and_workers``: ``select`` names the run's columns (those of
+    ``model_columns(Run)``, in order), the pool's and the workers' follow, then ``more``;
+    ``source`` is the FROM clause that holds the run's row, ``run`` its name there, and
+    ``where`` picks it."""
+    pool_columns, worker_columns = model_columns(Pool), model_columns(Worker)
+    quote = current().ops.quote_name
+    pool_table, worker_table = quote(Pool._meta.db_table), quote(Worker._meta.db_table)
+    return (
+        f"{select}, {pool_columns.sql}, {worker_columns.sql}{more} {source} "
+        f"JOIN {pool_table} ON {pool_table}.id = {run}.pool_id "
+        f"LEFT JOIN {worker_table} ON {worker_table}.{quote('pool_id')} = {pool_table}.id "
+        f"AND {worker_table}.{quote('enabled')} = %s WHERE {where} "
+        f"ORDER BY {worker_table}.{quote('position')}, {worker_table}.{quote('id')}"
+    )
+
+
+def _run_pool_and_workers_from(rows: Sequence[Sequence[Any]]) -> tuple[Run, Pool, list[Worker]]:
+    run_columns, pool_columns = model_columns(Run), model_columns(Pool)
+    worker_columns = model_columns(Worker)
     pool_end = run_columns.count + pool_columns.count
+    worker_end = pool_end + worker_columns.count
     run = run_columns.instance(rows[0][: run_columns.count])
     pool = pool_columns.instance(rows[0][run_columns.count : pool_end])
     run.pool = pool
-    workers = [worker_columns.instance(row[pool_end:]) for row in rows if row[pool_end] is not None]
+    workers = [
+        worker_columns.instance(row[pool_end:worker_end])
+        for row in rows
+        if row[pool_end] is not None
+    ]
     return run, pool, workers
+
+
+# Step ids taken when a run is claimed (PostgreSQL): enough for most first rounds, whose rows are
+# then stored without a statement of their own to take ids (a larger round takes the rest then).
+STEP_IDS_AHEAD = 8
+
+
+def _claim_and_load(
+    *, run_id: int, executor: str, lease_seconds: float | None
+) -> tuple[Claim, Run, Pool, list[Worker], tuple[list[int], list[int]]] | None:
+    """``run_claim`` and ``_run_pool_and_workers`` in one statement (PostgreSQL: one round trip
+    where they took two), which also takes ids ahead for the run's first plans (two: its first
+    round and the next) and ``STEP_IDS_AHEAD`` steps. None if the run cannot be claimed now."""
+    claim_sql, claim_params = claim_update(
+        run_id=run_id, executor=executor, lease_seconds=lease_seconds
+    )
+    run_columns = model_columns(Run)
+    quote = current().ops.quote_name
+    ahead = ", ".join(
+        f"ARRAY(SELECT nextval(pg_get_serial_sequence('{quote(model._meta.db_table)}', "
+        f"'{model._meta.pk.column}')) FROM generate_series(1, {count}))"
+        for model, count in ((Plan, 2), (Step, STEP_IDS_AHEAD))
+    )
+    # A statement's parts see the rows as they were before it: the run's row is the claim's.
+    sql = _run_pool_and_workers_sql(
+        f"WITH run_row AS ({claim_sql} RETURNING {run_columns.sql}), "
+        f"ahead AS MATERIALIZED (SELECT {ahead}) SELECT run_row.*",
+        ", ahead.*",
+        "FROM run_row CROSS JOIN ahead",
+        "run_row",
+        "true",
+    )
+    rows = fetch_bound(sql, [*claim_params, True])
+    if not rows:
+        return None
+    run, pool, workers = _run_pool_and_workers_from(rows)
+    claim = claim_taken(
+        run_id=run_id,
+        executor=executor,
+        lease_seconds=lease_seconds,
+        fence=run.fence,
+        interruptions=run.interruptions,
+    )
+    if claim is None:
+        return None
+    return claim, run, pool, workers, (list(rows[0][-2]), list(rows[0][-1]))
 
 
 def run_settings_for(pool: Pool) -> RunSettings:

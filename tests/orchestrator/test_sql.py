@@ -4,13 +4,14 @@ and raises Django's errors on every database, and its parameters are what the OR
 from __future__ import annotations
 
 import datetime
+from contextlib import nullcontext
 
 import pytest
 from django.db import IntegrityError, connection
 from django.utils import timezone
 
-from orchestrator.models import RunEvent, Step
-from orchestrator.sql import db_datetime, hot_cursor, json_param
+from orchestrator.models import Plan, RunEvent, Step
+from orchestrator.sql import db_datetime, hot_cursor, json_param, row_writer
 from tests.factories import make_run
 
 pytestmark = pytest.mark.django_db
@@ -56,3 +57,58 @@ def test_parameters_are_what_the_orm_sends(sim_pool):
         )
     step.refresh_from_db()
     assert step.messages == messages
+
+
+def _orm_params(rows, *, with_id):
+    fields = [f for f in type(rows[0])._meta.local_concrete_fields if with_id or not f.primary_key]
+    return [f.get_db_prep_save(f.pre_save(row, True), connection) for row in rows for f in fields]
+
+
+def _comparable(value):
+    return getattr(value, "obj", value)  # psycopg's Jsonb wraps the value it dumps
+
+
+def test_new_rows_parameters_are_what_the_orm_sends(sim_pool, monkeypatch):
+    run = make_run(pool=sim_pool)
+    now = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: now)  # a creation time is set on both sides
+    plan = Plan(
+        run_id=run.pk,
+        round=1,
+        strategy="conductor",
+        messages=[{"role": "system", "content": 'é "x"'}],
+        workflow={"steps": []},
+        error="",
+    )
+    started = timezone.now()
+    steps = [
+        Step(run_id=run.pk, round=1, index=0, instruction="Add", worker_index=0, access="all"),
+        Step(
+            id=123,
+            run_id=run.pk,
+            plan_id=7,
+            round=1,
+            index=1,
+            instruction="Check",
+            worker_index=1,
+            worker_name="w",
+            model="sim/solver",
+            status=Step.Status.SUCCEEDED,  # a TextChoices member, not a str
+            tokens_in=3,
+            cost=0,  # an int in a float field: the ORM makes it a float
+            latency=0.25,
+            started_at=started,
+            finished_at=datetime.datetime(2026, 1, 2, 3, 4, 5),  # naive: the ORM's way
+            reads=[1],
+        ),
+    ]
+    for rows in ([plan], steps):
+        for with_id in (False, True):
+            # A naive datetime goes the ORM's way on both sides, with its warning.
+            with pytest.warns(RuntimeWarning) if rows is steps else nullcontext():
+                written = row_writer(type(rows[0]), with_id=with_id).params(rows)
+            with pytest.warns(RuntimeWarning) if rows is steps else nullcontext():
+                expected = _orm_params(rows, with_id=with_id)
+            assert [_comparable(v) for v in written] == [_comparable(v) for v in expected]
+            assert [type(v) for v in written] == [type(v) for v in expected]
+    assert plan.created_at == now  # auto_now_add sets the row's value too

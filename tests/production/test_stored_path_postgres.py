@@ -177,14 +177,21 @@ def test_the_runs_end_falls_back_to_the_general_way_when_a_step_is_still_open(
 
 
 @pytest.fixture
-def together(monkeypatch) -> list[int]:
+def durable(monkeypatch) -> list[bool]:
+    """Whether each round trip of ``advance_seq_storing_together`` waited for the disk."""
+    return []
+
+
+@pytest.fixture
+def together(monkeypatch, durable) -> list[int]:
     """How many statements each round trip of ``advance_seq_storing_together`` carried."""
     sizes: list[int] = []
     original = recorder_module.advance_seq_storing_together
 
-    def spy(statements):
+    def spy(statements, *, durable=True, _durable=durable):
         sizes.append(len(statements))
-        return original(statements)
+        _durable.append(durable)
+        return original(statements, durable=durable)
 
     monkeypatch.setattr(recorder_module, "advance_seq_storing_together", spy)
     return sizes
@@ -227,7 +234,10 @@ def test_callbacks_taken_together_are_stored_in_one_round_trip(
         ]
     )
 
-    assert together == [3, 4] and "advance_seq_storing" not in statements
+    # The first three go in three statements (this recorder did not know the run's last seq);
+    # then it does, and holds the run's row: the next two are one statement, step 1's result
+    # goes alone (a statement writes a row once: step 1 was started in it), then the run's end.
+    assert together == [3, 1, 1] and statements.count("advance_seq_storing") == 1
     created, ran = ["step.created"] * 2, ["step.started", "step.finished"] * 2
     types = ["run.status", "plan.created", *created, "run.status", *ran]
     types += ["plan.created", "run.finished"]
@@ -271,15 +281,16 @@ def test_a_step_that_has_its_result_refuses_all_taken_together_then_they_go_one_
     recorder.record(
         [
             ("step_started", (records[1],)),
-            ("step_result", (finished(records[1], "ANSWER: 50"),)),
             ("step_result", (finished(records[0], "second", tokens_in=999),)),  # refused
         ]
     )
+    recorder.record([("step_result", (finished(records[1], "ANSWER: 50"),))])
 
-    assert together == [2, 3]
-    # The second round trip refused: its three callbacks then went one by one (after the one
-    # statement of the other execution's result).
-    assert statements.count("advance_seq_storing") == 1 + 3
+    assert together == [2, 1]
+    # The second round trip (one statement: the recorder held the run's row) refused: its two
+    # callbacks then went one by one (after the one statement of the other execution's result),
+    # then step 1's result alone.
+    assert statements.count("advance_seq_storing") == 1 + 2 + 1
     step_0, step_1 = Step.objects.filter(run=run).order_by("index")
     assert (step_0.response, step_0.tokens_in) == ("first", 10)  # kept, counted once
     assert (step_1.status, step_1.response) == ("succeeded", "ANSWER: 50")
@@ -311,7 +322,9 @@ def test_a_callback_that_fails_while_taken_stores_those_before_it_and_raises(
             ]
         )
 
-    assert together == [2]  # the first two were never sent together: stored one by one
+    # The first in one statement; the second alone (a statement writes a row once); the third
+    # failed while taken, the fourth never came.
+    assert together == [2, 1]
     step_0 = Step.objects.get(run=run, index=0)
     assert (step_0.status, step_0.response) == ("succeeded", "50")
     types = [t for _, t in stored_events(run)]
@@ -368,3 +381,130 @@ def test_the_hot_paths_statements_are_prepared_unless_behind_a_transaction_poole
     assert sql.fetch_bound(text, [4]) == [(4,)]
     assert sql.fetch_bound(text, [5]) == [(5,)]
     assert preparations() == (1 if prepared else 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_execution_stores_each_batch_in_one_statement_its_progress_without_waiting(
+    run, sim_pool, delivered, statements, together, durable, settings
+):
+    """A recorder as an execution builds it knows the run's last seq: each batch of callbacks
+    is one statement (the run's row written once, steps created and started in it inserted
+    started), committed, with CONDUCTOR_DB_ASYNC_PROGRESS, without waiting for the disk until
+    the one that ends the run."""
+    from orchestrator import wire
+
+    settings.CONDUCTOR_DB_ASYNC_PROGRESS = True
+
+    worker_ids = list(sim_pool.workers.order_by("position").values_list("pk", flat=True))
+    recorder = RunRecorder(
+        run_id=run.pk,
+        worker_ids=worker_ids,
+        status=run.status,
+        totals={field: getattr(run, field) for field in wire.TOTAL_FIELDS},
+        last_seq=run.last_seq,
+        deliver=delivered.append,
+    )
+    records = step_records()
+    recorder.record(
+        [
+            ("planning", (0,)),
+            ("plan_created", (plan_record(), records)),
+            ("step_started", (records[0],)),
+        ]
+    )
+    recorder.record(
+        [
+            ("step_result", (finished(records[0], "80 - 30 = 50"),)),
+            ("step_started", (records[1],)),
+        ]
+    )
+    recorder.record(
+        [
+            ("step_result", (finished(records[1], "ANSWER: 50"),)),
+            ("run_finished", (succeeded(records), 1.0)),
+        ]
+    )
+
+    # One round trip a batch; ids for the plan's rows taken first (none were taken ahead).
+    assert (together, statements) == ([1, 1, 1], ["allocate_ids", "fetch_bound"])
+    assert durable == [False, False, True]
+    created, ran = ["step.created"] * 2, ["step.started", "step.finished"] * 2
+    types = ["run.status", "plan.created", *created, "run.status", *ran]
+    types += ["plan.created", "run.finished"]
+    assert stored_events(run) == list(enumerate(types, start=1))
+    assert [(event["seq"], event["type"]) for event in delivered] == stored_events(run)
+    run.refresh_from_db()
+    assert (run.status, run.last_seq, run.tokens_in, run.step_count) == ("succeeded", 11, 120, 2)
+    assert (run.answer, run.score, run.finished_at is not None) == ("50", 1.0, True)
+    steps = list(Step.objects.filter(run=run).order_by("index"))
+    assert [(s.status, s.response) for s in steps] == [
+        ("succeeded", "80 - 30 = 50"),
+        ("succeeded", "ANSWER: 50"),
+    ]
+    assert all(s.started_at is not None for s in steps)  # step 0 was inserted started
+    assert steps[1].reads == [steps[0].pk]
+    _kept_by(recorder, run)
+
+    settings.CONDUCTOR_DB_ASYNC_PROGRESS = False  # the default: every commit waits
+    durable.clear()
+    again = make_run(pool=sim_pool)
+    RunRecorder(
+        run_id=again.pk, worker_ids=worker_ids, status=again.status, last_seq=again.last_seq
+    ).record([("planning", (0,)), ("plan_created", (plan_record(), step_records()))])
+    assert durable == [True]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_transaction_sent_together_waits_for_the_disk_only_if_durable(run, durable):
+    from django.db import connection
+
+    setting = "SELECT CASE current_setting('synchronous_commit') WHEN 'off' THEN 0 ELSE 1 END, 1"
+    assert sql.advance_seq_storing_together([(setting, [])], durable=durable) == [int(durable)]
+    # For that transaction only: the connection's next one waits again.
+    assert sql.advance_seq_storing_together([(setting, [])]) == [1]
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_execution_claims_and_loads_its_run_in_one_round_trip(
+    run, sim_pool, monkeypatch, settings
+):
+    """On PostgreSQL the claim, the run with its pool and enabled workers, and ids for the
+    rows it will store come in one statement; what it loads is what the two statements of
+    the general way load, and the claim holds as ``run_claim``'s does."""
+    from orchestrator.models import Worker
+    from orchestrator.services import runs
+
+    sim_pool.workers.filter(position=1).update(enabled=False)
+    sent: list[str] = []
+    fetch_bound = runs.fetch_bound
+    monkeypatch.setattr(runs, "fetch_bound", lambda sql, p: sent.append(sql) or fetch_bound(sql, p))
+    monkeypatch.setattr(runs, "hot_cursor", None)  # the general way's: never used here
+
+    execution = runs._load_execution(run_id=run.pk, executor="one", exclusive=False)
+
+    assert len(sent) == 1
+    run.refresh_from_db()
+    assert (execution.claim.fence, run.fence, run.executor) == (1, 1, "one")
+    assert (execution.run.fence, execution.run.executor) == (1, "one")  # as claimed
+    assert execution.pool.pk == sim_pool.pk
+    enabled = Worker.objects.filter(pool=sim_pool, enabled=True).order_by("position", "id")
+    assert [w.pk for w in execution.workers] == [w.pk for w in enabled]
+    plan_ids, step_ids = execution.ids_ahead
+    assert (len(plan_ids), len(step_ids)) == (2, runs.STEP_IDS_AHEAD)
+    assert not Plan.objects.filter(pk__in=plan_ids) and not Step.objects.filter(pk__in=step_ids)
+    # Leased: nobody else takes it meanwhile.
+    assert runs._load_execution(run_id=run.pk, executor="two", exclusive=False) is None
+    runs.run_claim_release(claim=execution.claim)
+
+    # Claimed over and over by executions that died holding it: failed at the limit.
+    settings.CONDUCTOR_RUN_MAX_INTERRUPTIONS = 2
+    assert runs._load_execution(run_id=run.pk, executor="w1", exclusive=True) is not None
+    assert runs._load_execution(run_id=run.pk, executor="w2", exclusive=True) is not None
+    assert runs._load_execution(run_id=run.pk, executor="w3", exclusive=True) is None
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    assert run.error.startswith("This run killed its worker 2 times")

@@ -401,6 +401,7 @@ def _as_read(run: Run) -> dict:
     times): its row, its steps and its events."""
     run.refresh_from_db()
     row = {field: getattr(run, field) for field in ("status", "answer", "score", "last_seq")}
+    row |= {"error": run.error, "wall_time": run.wall_time, "ended": run.finished_at is not None}
     row |= {field: getattr(run, field) for field in ("tokens_in", "tokens_out", "cost")}
     row |= {"model_calls": run.model_calls, "step_count": run.step_count}
     row["started"] = run.started_at is not None
