@@ -420,17 +420,34 @@ def advance_seq_storing(statement: tuple[str, Sequence[Any]]) -> int | None:
 def advance_seq_storing_together(
     statements: Sequence[tuple[str, Sequence[Any]]], *, durable: bool = True
 ) -> list[int]:
-    """Several statements of ``storing_statement`` (none quiet) in one round trip and one
-    transaction: BEGIN, the statements and COMMIT sent together in psycopg's pipeline (inside a
-    caller's atomic block: the statements in a savepoint of it). Not ``durable``, the commit
-    does not wait for the disk (``synchronous_commit`` off for this transaction: a crash of the
-    database server may lose it, never a part of it; the next commit that waits keeps it too).
-    Returns each one's last_seq.
-    Nothing is kept unless all are: raises NotStoredInOneStatement if any of them found the rows
-    not as its caller expected; any other error (the database's, or one raised here while the
-    statements were being sent) rolls the transaction back and propagates."""
+    """Several statements of ``storing_statement`` (none quiet), or one of
+    ``storing_held_statement``, in one round trip and one transaction (``fetch_together``).
+    Returns each one's last_seq. Nothing is kept unless all are: raises NotStoredInOneStatement
+    if any of them found the rows not as its caller expected; any other error (the database's,
+    or one raised here while the statements were being sent) rolls the transaction back and
+    propagates."""
+    try:
+        return [rows[0][0] for rows in fetch_together(statements, durable=durable)]
+    except DataError as error:
+        if getattr(error.__cause__, "sqlstate", None) == _DIVISION_BY_ZERO:
+            raise NotStoredInOneStatement from error
+        raise
+
+
+def fetch_together(
+    statements: Sequence[tuple[str, Sequence[Any]]], *, durable: bool = True
+) -> list[list[tuple]]:
+    """Run statements in one round trip and one transaction, and return each one's rows
+    (PostgreSQL): BEGIN, the statements and COMMIT sent together in psycopg's pipeline, each
+    statement as ``fetch_bound``'s (inside a caller's atomic block: the statements in a
+    savepoint of it). One statement that is ``durable`` goes alone: it is a transaction by
+    itself. Not ``durable``, the commit does not wait for the disk (``synchronous_commit`` off
+    for this transaction: a crash of the database server may lose it, never a part of it; the
+    next commit that waits keeps it too). Nothing is kept unless all of them succeed."""
     import psycopg
 
+    if len(statements) == 1 and durable and not connection.in_atomic_block:
+        return [fetch_bound(*statements[0])]
     connection.ensure_connection()
     raw = connection.connection
     cursors: list[psycopg.RawCursor[Any]] = []
@@ -463,11 +480,7 @@ def advance_seq_storing_together(
                     with suppress(Exception):
                         raw.execute("ROLLBACK")
                 raise
-        return [cursor.fetchone()[0] for cursor in cursors]
-    except DataError as error:
-        if getattr(error.__cause__, "sqlstate", None) == _DIVISION_BY_ZERO:
-            raise NotStoredInOneStatement from error
-        raise
+        return [cursor.fetchall() for cursor in cursors]
     finally:
         for cursor in cursors:
             cursor.close()

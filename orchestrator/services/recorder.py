@@ -10,7 +10,6 @@ run's status) so that each callback costs two to four statements, in plain SQL o
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -1141,8 +1140,11 @@ class RunRecorder:
 
 
 def _with(row: Step, values: dict[str, Any]) -> Step:
-    """A copy of a step's row with ``values`` set (what its event shows once they are stored)."""
-    shown = copy.copy(row)
+    """A copy of a step's row with ``values`` set (what its event shows once they are stored):
+    its fields only (``copy.copy`` of a model instance also pickles its state, several times
+    the cost), to be read, not saved."""
+    shown = Step.__new__(Step)
+    shown.__dict__.update(row.__dict__)
     _set(shown, values)
     return shown
 

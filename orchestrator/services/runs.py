@@ -58,7 +58,7 @@ from orchestrator.services.replay import replay_execution_state, replay_strategy
 from orchestrator.sql import (
     can_store_in_one_statement,
     current,
-    fetch_bound,
+    fetch_together,
     hot_cursor,
     model_columns,
 )
@@ -586,7 +586,10 @@ def _claim_and_load(
         "run_row",
         "true",
     )
-    rows = fetch_bound(sql, [*claim_params, True])
+    # Its commit need not wait for the disk: a claim lost with the database server's crash is
+    # a claim that server's restart ends anyway (the execution's next write finds the fence
+    # moved or the connection gone, and the run is resumed).
+    rows = fetch_together([(sql, [*claim_params, True])], durable=False)[0]
     if not rows:
         return None
     run, pool, workers = _run_pool_and_workers_from(rows)

@@ -425,8 +425,10 @@ def test_an_execution_stores_each_batch_in_one_statement_its_progress_without_wa
         ]
     )
 
-    # One round trip a batch; ids for the plan's rows taken first (none were taken ahead).
-    assert (together, statements) == ([1, 1, 1], ["allocate_ids", "fetch_bound"])
+    # One round trip a batch; ids for the plan's rows taken first (none were taken ahead); the
+    # run's end, which waits for the disk, is its own transaction (no BEGIN, no COMMIT).
+    assert together == [1, 1, 1]
+    assert statements == ["allocate_ids", "fetch_bound", "fetch_bound"]
     assert durable == [False, False, True]
     created, ran = ["step.created"] * 2, ["step.started", "step.finished"] * 2
     types = ["run.status", "plan.created", *created, "run.status", *ran]
@@ -459,10 +461,14 @@ def test_an_execution_stores_each_batch_in_one_statement_its_progress_without_wa
 def test_a_transaction_sent_together_waits_for_the_disk_only_if_durable(run, durable):
     from django.db import connection
 
-    setting = "SELECT CASE current_setting('synchronous_commit') WHEN 'off' THEN 0 ELSE 1 END, 1"
-    assert sql.advance_seq_storing_together([(setting, [])], durable=durable) == [int(durable)]
+    setting = "SELECT CASE current_setting('synchronous_commit') WHEN 'off' THEN 0 ELSE 1 END"
+    for count in (1, 2):
+        assert (
+            sql.fetch_together([(setting, [])] * count, durable=durable)
+            == [[(int(durable),)]] * count
+        )
     # For that transaction only: the connection's next one waits again.
-    assert sql.advance_seq_storing_together([(setting, [])]) == [1]
+    assert sql.fetch_together([(setting, [])]) == [[(1,)]]
     with connection.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")
         assert cursor.fetchone()[0] == "on"
@@ -479,14 +485,21 @@ def test_an_execution_claims_and_loads_its_run_in_one_round_trip(
     from orchestrator.services import runs
 
     sim_pool.workers.filter(position=1).update(enabled=False)
-    sent: list[str] = []
-    fetch_bound = runs.fetch_bound
-    monkeypatch.setattr(runs, "fetch_bound", lambda sql, p: sent.append(sql) or fetch_bound(sql, p))
+    sent: list[tuple[int, bool]] = []
+    fetch_together = runs.fetch_together
+
+    def spy(statements, *, durable=True):
+        sent.append((len(statements), durable))
+        return fetch_together(statements, durable=durable)
+
+    monkeypatch.setattr(runs, "fetch_together", spy)
     monkeypatch.setattr(runs, "hot_cursor", None)  # the general way's: never used here
 
     execution = runs._load_execution(run_id=run.pk, executor="one", exclusive=False)
 
-    assert len(sent) == 1
+    # One statement, whose commit need not wait for the disk (a claim lost with the database
+    # server's crash ends with it: the execution's next write finds the fence moved).
+    assert sent == [(1, False)]
     run.refresh_from_db()
     assert (execution.claim.fence, run.fence, run.executor) == (1, 1, "one")
     assert (execution.run.fence, execution.run.executor) == (1, "one")  # as claimed
