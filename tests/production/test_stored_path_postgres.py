@@ -1,8 +1,10 @@
 """On PostgreSQL a run's callbacks are stored in one statement each (``sql.advance_seq_storing``,
 ids taken ahead by ``sql.allocate_ids``, rows read by ``sql.fetch_bound``), several taken
-together in one round trip (``sql.advance_seq_storing_together``); the run's end falls back to
-the general way when a step is still open. SQLite stores them the general way
-(tests/orchestrator/services/test_run_recording.py): these tests read what each path stored."""
+together in one round trip (``sql.advance_seq_storing_together``), in one statement when the
+recorder holds the run's row (``sql.storing_held_statement``); the run's end falls back to the
+general way when a step is still open; an execution claims and loads its run in one statement.
+SQLite stores them the general way (tests/orchestrator/services/test_run_recording.py): these
+tests read what each path stored."""
 
 from __future__ import annotations
 
