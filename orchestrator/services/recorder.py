@@ -955,18 +955,35 @@ class RunRecorder:
         totals = result.totals
         status = Run.Status.SUCCEEDED if result.status == "succeeded" else Run.Status.FAILED
         finished_at = timezone.now()
-        assignments = {
-            "status": str(status),
-            "answer": result.answer,
-            "error": error,
-            "score": score,
+        ended_totals = {
             "tokens_in": totals.tokens_in,
             "tokens_out": totals.tokens_out,
             "cost": totals.cost,
             "model_calls": totals.model_calls,
             "wall_time": totals.wall_time,
+        }
+        assignments = {
+            "status": str(status),
+            "answer": result.answer,
+            "error": error,
+            "score": score,
+            **ended_totals,
             "finished_at": db_datetime(finished_at),
         }
+
+        def finished(run_totals: dict[str, Any], closed: dict[str, Any]) -> dict[str, Any]:
+            """The data of the run's ``run.finished`` event."""
+            return wire.finished_data(
+                status=status,
+                answer=result.answer,
+                score=score,
+                error=error,
+                totals=dict(run_totals),
+                finished_at=finished_at,
+                closed_steps=closed,
+                grader=grader,
+            )
+
         conditions, condition_params = self._conditions(True)
         assignment_sql = [f"{name} = %s" for name in assignments]
         assignment_sql.append("started_at = COALESCE(started_at, %s)")
@@ -974,31 +991,18 @@ class RunRecorder:
         if self._held is not None and not any(
             row.status in Step.OPEN for row in self.steps.values()
         ):
-            self._finish_held(result, status, plan_rows, finished_at, assignments, score, grader)
+            ended = {
+                name: assignments[name] for name in ("answer", "error", "score", "finished_at")
+            }
+            self._finish_held(status, plan_rows, ended_totals, ended, finished)
             return
         if can_store_in_one_statement() and not any(
             row.status in Step.OPEN for row in self.steps.values()
         ):
-            new_totals = self.totals | {
-                "tokens_in": totals.tokens_in,
-                "tokens_out": totals.tokens_out,
-                "cost": totals.cost,
-                "model_calls": totals.model_calls,
-                "wall_time": totals.wall_time,
-            }
-            finished = wire.finished_data(
-                status=status,
-                answer=result.answer,
-                score=score,
-                error=error,
-                totals=dict(new_totals),
-                finished_at=finished_at,
-                closed_steps={},
-                grader=grader,
-            )
+            new_totals = self.totals | ended_totals
             try:
                 self._store_finish_in_one_statement(
-                    plan_rows, finished, assignment_sql, assignment_params
+                    plan_rows, finished(new_totals, {}), assignment_sql, assignment_params
                 )
                 self.status = status
                 self.totals = new_totals
@@ -1029,74 +1033,29 @@ class RunRecorder:
                 at=finished_at,
             )
             items = self._store_plans(plan_rows)
-            self.totals.update(
-                tokens_in=totals.tokens_in,
-                tokens_out=totals.tokens_out,
-                cost=totals.cost,
-                model_calls=totals.model_calls,
-                wall_time=totals.wall_time,
-                step_count=step_count,
-            )
-            items.append(
-                (
-                    wire.RUN_FINISHED,
-                    wire.finished_data(
-                        status=status,
-                        answer=result.answer,
-                        score=score,
-                        error=error,
-                        totals=dict(self.totals),
-                        finished_at=finished_at,
-                        closed_steps=closed,
-                        grader=grader,
-                    ),
-                )
-            )
+            self.totals.update(ended_totals, step_count=step_count)
+            items.append((wire.RUN_FINISHED, finished(self.totals, closed)))
             self._publish(items, last_seq)
 
     def _finish_held(
         self,
-        result: RunResult,
         status: str,
         plan_rows: list[Plan],
-        finished_at: Any,
-        assignments: dict[str, Any],
-        score: float | None,
-        grader: str,
+        ended_totals: dict[str, Any],
+        ended: dict[str, Any],
+        finished: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]],
     ) -> None:
         """``run_finished`` on the row held (``_Held``), when no step of the run is open as this
-        recorder knows them: its end is written with the batch's other changes to the row (the
-        write checks the run is still unfinished and as held)."""
+        recorder knows them: its end (``ended``: the row's answer, error, score and finish time)
+        is written with the batch's other changes to the row (the write checks the run is still
+        unfinished and as held)."""
         last_seq, _ = self._advance_run(event_count=len(plan_rows) + 1)  # raises if finished
         items = self._store_plans(plan_rows)
         assert self._held is not None
         self.status = status
-        totals = result.totals
-        self.totals.update(
-            tokens_in=totals.tokens_in,
-            tokens_out=totals.tokens_out,
-            cost=totals.cost,
-            model_calls=totals.model_calls,
-            wall_time=totals.wall_time,
-        )
-        self._held.ended = {
-            name: assignments[name] for name in ("answer", "error", "score", "finished_at")
-        }
-        items.append(
-            (
-                wire.RUN_FINISHED,
-                wire.finished_data(
-                    status=status,
-                    answer=result.answer,
-                    score=score,
-                    error=assignments["error"],
-                    totals=dict(self.totals),
-                    finished_at=finished_at,
-                    closed_steps={},
-                    grader=grader,
-                ),
-            )
-        )
+        self.totals.update(ended_totals)
+        self._held.ended = ended
+        items.append((wire.RUN_FINISHED, finished(self.totals, {})))
         self._publish(items, last_seq)
 
     def _store_finish_in_one_statement(
