@@ -240,6 +240,12 @@ def test_callbacks_taken_together_are_stored_in_one_round_trip(
     # then it does, and holds the run's row: the next two are one statement, step 1's result
     # goes alone (a statement writes a row once: step 1 was started in it), then the run's end.
     assert together == [3, 1, 1] and statements.count("advance_seq_storing") == 1
+    _read_as_the_whole_run(run, delivered)
+
+
+def _read_as_the_whole_run(run: Run, delivered: list[dict]) -> None:
+    """The run of ``step_records`` (step 0's answer read by step 1) stored whole: its events in
+    order, each delivered once, its row and its steps."""
     created, ran = ["step.created"] * 2, ["step.started", "step.finished"] * 2
     types = ["run.status", "plan.created", *created, "run.status", *ran]
     types += ["plan.created", "run.finished"]
@@ -247,11 +253,13 @@ def test_callbacks_taken_together_are_stored_in_one_round_trip(
     assert [(event["seq"], event["type"]) for event in delivered] == stored_events(run)
     run.refresh_from_db()
     assert (run.status, run.last_seq, run.tokens_in, run.step_count) == ("succeeded", 11, 120, 2)
+    assert (run.answer, run.score, run.finished_at is not None) == ("50", 1.0, True)
     steps = list(Step.objects.filter(run=run).order_by("index"))
     assert [(s.status, s.response) for s in steps] == [
         ("succeeded", "80 - 30 = 50"),
         ("succeeded", "ANSWER: 50"),
     ]
+    assert all(s.started_at is not None for s in steps)
     assert steps[1].reads == [steps[0].pk]
 
 
@@ -432,21 +440,7 @@ def test_an_execution_stores_each_batch_in_one_statement_its_progress_without_wa
     assert together == [1, 1, 1]
     assert statements == ["allocate_ids", "fetch_bound", "fetch_bound"]
     assert durable == [False, False, True]
-    created, ran = ["step.created"] * 2, ["step.started", "step.finished"] * 2
-    types = ["run.status", "plan.created", *created, "run.status", *ran]
-    types += ["plan.created", "run.finished"]
-    assert stored_events(run) == list(enumerate(types, start=1))
-    assert [(event["seq"], event["type"]) for event in delivered] == stored_events(run)
-    run.refresh_from_db()
-    assert (run.status, run.last_seq, run.tokens_in, run.step_count) == ("succeeded", 11, 120, 2)
-    assert (run.answer, run.score, run.finished_at is not None) == ("50", 1.0, True)
-    steps = list(Step.objects.filter(run=run).order_by("index"))
-    assert [(s.status, s.response) for s in steps] == [
-        ("succeeded", "80 - 30 = 50"),
-        ("succeeded", "ANSWER: 50"),
-    ]
-    assert all(s.started_at is not None for s in steps)  # step 0 was inserted started
-    assert steps[1].reads == [steps[0].pk]
+    _read_as_the_whole_run(run, delivered)  # step 0 inserted started: its start time is kept
     _kept_by(recorder, run)
 
     settings.CONDUCTOR_DB_ASYNC_PROGRESS = False  # the default: every commit waits
