@@ -451,7 +451,6 @@ def fetch_together(
     connection.ensure_connection()
     raw = connection.connection
     cursors: list[psycopg.RawCursor[Any]] = []
-    prepared = settings.CONDUCTOR_DB_PREPARED_STATEMENTS
 
     def send(*, begin: bool) -> None:
         with connection.wrap_database_errors, raw.pipeline():
@@ -462,7 +461,8 @@ def fetch_together(
             for sql, params in statements:
                 cursor = psycopg.RawCursor(raw)
                 cursors.append(cursor)
-                cursor.execute(_numbered(sql), params, prepare=prepared)
+                text = _numbered(sql)
+                cursor.execute(text, params, prepare=_prepared(text))
             if begin:
                 psycopg.RawCursor(raw).execute("COMMIT")
 
@@ -579,7 +579,8 @@ def storing_held_statement(
     ``conditions`` hold and every step row was written, and one INSERT of ``events``, numbered
     by the caller (``events.numbered``). Sent like ``storing_statement``'s, it returns the run's
     last_seq, and divides by zero (undoing itself) when the run's row or a step's row matched
-    nothing. The step rows are written before the run's, the order every writer locks them in."""
+    nothing. The step rows are written first, in the order given, then the run's: the caller
+    gives them by round and index, the order every writer locks them in."""
     parts: list[str] = []
     params: list[Any] = []
     for position, (step_sql, step_params) in enumerate(steps):
@@ -619,14 +620,34 @@ def fetch_bound(sql: str, params: Sequence[Any]) -> list[tuple]:
     (PostgreSQL; the site's cursors quote every parameter into the text in Python, about a fifth
     of the CPU of a hot-path statement with its dozens of parameters). Prepared once per
     connection and statement text (``CONDUCTOR_DB_PREPARED_STATEMENTS``: not behind PgBouncer in
-    transaction mode). Errors are Django's, as from any cursor."""
+    transaction mode), from the second time its text is sent (``_prepared``). Errors are
+    Django's, as from any cursor."""
     import psycopg
 
     db = current()
     db.ensure_connection()
+    text = _numbered(sql)
     with db.wrap_database_errors, psycopg.RawCursor(db.connection) as cursor:
-        cursor.execute(_numbered(sql), params, prepare=settings.CONDUCTOR_DB_PREPARED_STATEMENTS)
+        cursor.execute(text, params, prepare=_prepared(text))
         return cursor.fetchall()
+
+
+_sent_once: set[str] = set()
+
+
+def _prepared(text: str) -> bool:
+    """Whether to prepare a statement (``CONDUCTOR_DB_PREPARED_STATEMENTS``): from the second
+    time this process sends its text. A batch of callbacks stored in one statement has a text
+    of its shape; one of an unusual shape, sent once, costs no preparing and takes no place in
+    the connection's cache of prepared statements."""
+    if not settings.CONDUCTOR_DB_PREPARED_STATEMENTS:
+        return False
+    if text in _sent_once:
+        return True
+    if len(_sent_once) >= 1024:
+        _sent_once.clear()
+    _sent_once.add(text)
+    return False
 
 
 class ModelColumns:

@@ -161,8 +161,9 @@ if CONDUCTOR_DB_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"].endswith(
 # With CONDUCTOR_DB_ASYNC_PROGRESS, a run's progress (its plans, step starts and results, stored
 # together as it executes) is committed on PostgreSQL without waiting for the disk: a crash of
 # the database server can then lose its last fraction of a second (the run resumes from what was
-# kept, as after a worker's crash, and may call a step's model again). Its claim and its end
-# always wait for the disk, and so keep everything stored before them.
+# kept, as after a worker's crash, and may call a step's model again; events clients were sent
+# from what was lost are then numbered again). Its end always waits for the disk, and so keeps
+# everything stored before it. (A run's claim never waits: see services/runs.py.)
 CONDUCTOR_DB_ASYNC_PROGRESS = env_flag("CONDUCTOR_DB_ASYNC_PROGRESS")
 # --- end of database connections -----------------------------------------------------------------
 

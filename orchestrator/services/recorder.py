@@ -10,12 +10,14 @@ run's status) so that each callback costs two to four statements, in plain SQL o
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.core.exceptions import ObjectDoesNotExist
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from orchestrator import events, wire
@@ -44,6 +46,8 @@ from orchestrator.sql import (
     storing_held_statement,
     storing_statement,
 )
+
+logger = logging.getLogger(__name__)
 
 TOTAL_FIELDS = wire.TOTAL_FIELDS
 STEP_TABLE = Step._meta.db_table
@@ -113,9 +117,10 @@ class _Held:
         self.events: list[dict[str, Any]] = []
         self.moved_at: Any = None  # when the first of them moved the run's status, if one did
         self.ended: dict[str, Any] = {}  # how the run ended, if one of them ended it
-        # PostgreSQL: the UPDATEs of step rows (each to write one) and the new rows, inserted as
-        # they are when written (a step created and started in one batch is inserted started).
-        self.steps: list[tuple[str, list[Any]]] = []
+        # PostgreSQL: the UPDATEs of step rows (each to write one, by its round and index) and
+        # the new rows, inserted as they are when written (a step created and started in one
+        # batch is inserted started); the ids of the step rows written.
+        self.steps: list[tuple[tuple[int, int], str, list[Any]]] = []
         self.written_steps: set[int] = set()
         self.new_rows: list[list[Any]] = []
 
@@ -213,11 +218,24 @@ class RunRecorder:
         conditions, condition_params = self._conditions(True)
         conditions = ["last_seq = %s", *conditions, *(f"{f} {same} %s" for f in TOTAL_FIELDS)]
         condition_params = [held.first_seq, *condition_params, *held.totals]
+        if held.ended:
+            # The run ends only if no step of it is open: none as this recorder knows them (else
+            # its end went the general way), and none in the database but those this batch
+            # writes (one statement does not see its own writes; they close them).
+            open_steps = ", ".join(["%s"] * len(Step.OPEN))
+            written = sorted(held.written_steps) if can_store_in_one_statement() else []
+            not_written = f" AND id NOT IN ({', '.join(['%s'] * len(written))})" if written else ""
+            conditions.append(
+                f"NOT EXISTS (SELECT 1 FROM {STEP_TABLE} WHERE run_id = %s "
+                f"AND status IN ({open_steps}){not_written})"
+            )
+            condition_params += [self.run_id, *(str(s) for s in Step.OPEN), *written]
         if can_store_in_one_statement():
             if held.changed or held.steps or held.new_rows or held.events:
                 statement = storing_held_statement(
                     self.run_id,
-                    steps=held.steps,
+                    # Step rows locked in the order every writer locks them (round, index).
+                    steps=[(sql, params) for _, sql, params in sorted(held.steps, key=_first)],
                     inserts=[insert_statement(rows) for rows in held.new_rows],
                     assignments=assignments,
                     assignment_params=params,
@@ -382,15 +400,23 @@ class RunRecorder:
             # Kept, and written with the other callbacks stored together (``_release_held``;
             # the run's end is held by ``_finish_held``, never here).
             assert not sets and not condition
-            new_ids = {
-                row.pk for rows in self._held.new_rows for row in rows if isinstance(row, Step)
-            }
-            if step_sql and (step is None or step.pk not in new_ids):
-                if step is None or step.pk in self._held.written_steps:
-                    # A statement writes a row once: this one goes after those before it.
+            if step_sql:
+                new_ids = {
+                    row.pk for rows in self._held.new_rows for row in rows if isinstance(row, Step)
+                }
+                inserted = step is not None and step.pk in new_ids
+                if (
+                    step is None
+                    or step.pk in self._held.written_steps
+                    or (inserted and step.status not in Step.OPEN)
+                ):
+                    # A statement writes a row once, and a row it inserts is not there for the
+                    # write's conditions (a stored result is kept): this one goes after those
+                    # before it, the way that checks them.
                     raise _NotDeferred
-                self._held.steps.append((step_sql, list(step_params)))
                 self._held.written_steps.add(step.pk)
+                if not inserted:  # else inserted as this write leaves it
+                    self._held.steps.append(((step.round, step.index), step_sql, list(step_params)))
             self._held.new_rows += [rows for rows in new_rows if rows]
             last_seq = self._advance_held(len(items), add, move_to, True)
             self._publish(items, last_seq)  # checks the event types
@@ -555,8 +581,10 @@ class RunRecorder:
                     getattr(self, name)(*args)
                 self._release_held()
                 reached_the_commit = True
-        except Exception:
+        except Exception as error:
             self._together, self._held = False, None
+            if not reached_the_commit:
+                _unless_refused(error, self.run_id)
             if reached_the_commit:
                 # The commit failed (nothing kept; the run stops with the error, as a single
                 # callback's would), or what runs after it did: then all is stored, and storing
@@ -628,10 +656,11 @@ class RunRecorder:
                     if statements
                     else []
                 )
-            except Exception:  # noqa: BLE001 (the callbacks one by one raise it again)
+            except Exception as error:  # noqa: BLE001 (the callbacks one by one raise it again)
                 # Refused, or failed while taking or sending them: none of them is stored.
                 # Back to the state before them; then one by one (the one that failed while
                 # being taken included), the way that tells what happened.
+                _unless_refused(error, self.run_id)
                 self._deferred, self._held = None, None
                 self._state_restored(saved)
                 again = deferred_calls if sending else deferred_calls + 1
@@ -737,8 +766,9 @@ class RunRecorder:
         new_steps: list[Step],
         usage: dict[str, Any],
     ) -> None:
-        """``plan_created`` in two statements (PostgreSQL): the new rows' ids, then the rows with
-        what the steps read, the run's totals and the events (``_store_in_one_statement``)."""
+        """``plan_created`` in one statement (PostgreSQL): the rows with what the steps read, the
+        run's totals and the events (``_store_in_one_statement``), their ids taken ahead (by the
+        execution's claim, or here first, in a statement of their own)."""
         # Those not taken ahead, and one plan id more than this round needs, for the next plan.
         plans_missing = len(plan_rows) + 1 - len(self.plan_ids)
         steps_missing = len(new_steps) - len(self.step_ids)
@@ -1096,6 +1126,25 @@ class RunRecorder:
 
     def _worker_id(self, index: int) -> int | None:
         return self.worker_ids[index] if 0 <= index < len(self.worker_ids) else None
+
+
+def _unless_refused(error: Exception, run_id: int) -> None:
+    """Log an error of callbacks stored together that storing them one by one may not raise
+    again: not a refusal (the run finished or was taken over, a row not as expected), nor the
+    database's, nor a row that is gone, which that way tells."""
+    if not isinstance(
+        error,
+        NotStoredInOneStatement | RunClosed | RunTakenOver | DatabaseError | ObjectDoesNotExist,
+    ):
+        logger.warning(
+            "run %s: callbacks stored together failed; storing them one by one",
+            run_id,
+            exc_info=error,
+        )
+
+
+def _first(entry: tuple[Any, ...]) -> Any:
+    return entry[0]
 
 
 def _with(row: Step, values: dict[str, Any]) -> Step:

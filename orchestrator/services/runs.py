@@ -587,8 +587,8 @@ def _claim_and_load(
         "true",
     )
     # Its commit need not wait for the disk: a claim lost with the database server's crash is
-    # a claim that server's restart ends anyway (the execution's next write finds the fence
-    # moved or the connection gone, and the run is resumed).
+    # one that the crash ends anyway (the execution's next write finds its connection gone, or
+    # the fence no longer its own, and stops; the run is resumed).
     rows = fetch_together([(sql, [*claim_params, True])], durable=False)[0]
     if not rows:
         return None

@@ -23,6 +23,15 @@ from tests.orchestrator.services.test_run_recording import (
     step_records,
     stored_events,
 )
+from tests.orchestrator.services.test_run_recording import (
+    test_a_result_stored_twice_in_one_batch_is_kept_once as result_stored_twice,
+)
+from tests.orchestrator.services.test_run_recording import (
+    test_a_runs_end_in_a_batch_closes_a_step_open_unknown_to_the_recorder as step_open_unknown,
+)
+from tests.orchestrator.test_sql import (
+    test_new_rows_parameters_are_what_the_orm_sends as new_rows_parameters,
+)
 
 pytestmark = pytest.mark.production
 
@@ -287,7 +296,9 @@ def test_a_step_that_has_its_result_refuses_all_taken_together_then_they_go_one_
     )  # fmt: skip
     other.step_result(finished(step_records()[0], "first", tokens_in=10))
     run.refresh_from_db()
+    # The run's row as the other execution left it, known here: only the step's row refuses.
     recorder.totals = {field: getattr(run, field) for field in recorder.totals}
+    recorder.last_seq = run.last_seq
     recorder.record(
         [
             ("step_started", (records[1],)),
@@ -498,10 +509,18 @@ def test_an_execution_claims_and_loads_its_run_in_one_round_trip(
     assert sent == [(1, False)]
     run.refresh_from_db()
     assert (execution.claim.fence, run.fence, run.executor) == (1, 1, "one")
-    assert (execution.run.fence, execution.run.executor) == (1, "one")  # as claimed
-    assert execution.pool.pk == sim_pool.pk
+    # What the general way loads once claimed, field by field (converted as the ORM converts).
+    monkeypatch.undo()
+    loaded = runs._run_pool_and_workers(run.pk)
+
+    def fields(row) -> dict:
+        return {field.attname: getattr(row, field.attname) for field in row._meta.concrete_fields}
+
+    assert fields(execution.run) == fields(loaded[0]) == fields(run)
+    assert fields(execution.pool) == fields(loaded[1])
+    assert [fields(w) for w in execution.workers] == [fields(w) for w in loaded[2]]
     enabled = Worker.objects.filter(pool=sim_pool, enabled=True).order_by("position", "id")
-    assert [w.pk for w in execution.workers] == [w.pk for w in enabled]
+    assert [w.pk for w in execution.workers] == [w.pk for w in enabled] and len(enabled) > 1
     plan_ids, step_ids = execution.ids_ahead
     assert (len(plan_ids), len(step_ids)) == (2, runs.STEP_IDS_AHEAD)
     assert not Plan.objects.filter(pk__in=plan_ids) and not Step.objects.filter(pk__in=step_ids)
@@ -517,3 +536,25 @@ def test_an_execution_claims_and_loads_its_run_in_one_round_trip(
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED
     assert run.error.startswith("This run killed its worker 2 times")
+
+
+def _worker_ids(pool) -> list[int]:
+    return list(pool.workers.order_by("position").values_list("pk", flat=True))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_result_stored_twice_in_one_batch_is_kept_once_on_postgresql(run, sim_pool, delivered):
+    """A step created, started and given two results in one batch: on PostgreSQL its row is
+    inserted by the batch's statement, where no condition can refuse the second result."""
+    result_stored_twice(run, _worker_ids(sim_pool), delivered)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_runs_end_in_a_batch_checks_the_steps_open_on_postgresql(run, sim_pool, delivered):
+    """The run's end in a batch's one statement: the steps the batch writes are not seen open."""
+    step_open_unknown(run, _worker_ids(sim_pool), delivered)
+
+
+def test_new_rows_parameters_are_what_the_orm_sends_on_postgresql(sim_pool, monkeypatch):
+    """On PostgreSQL the ORM wraps integers in psycopg's types and JSON in Jsonb."""
+    new_rows_parameters(sim_pool, monkeypatch)

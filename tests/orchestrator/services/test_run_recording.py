@@ -542,3 +542,74 @@ async def test_with_write_behind_a_refused_callback_is_raised_by_the_next_and_st
         await observer.written()
     assert await sync_to_async(stored_events)(run) == [(1, "run.status")]
     assert not await Step.objects.filter(run=run).aexists()
+
+
+def _executing(run: Run, worker_ids: list[int], delivered: list[dict]) -> RunRecorder:
+    """A recorder as an execution builds it: it knows the run's totals, status and last seq, so
+    callbacks stored together hold the run's row."""
+    from orchestrator import wire
+
+    return RunRecorder(
+        run_id=run.pk,
+        worker_ids=worker_ids,
+        status=run.status,
+        totals={field: getattr(run, field) for field in wire.TOTAL_FIELDS},
+        last_seq=run.last_seq,
+        deliver=delivered.append,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_result_stored_twice_in_one_batch_is_kept_once(run, worker_ids, delivered):
+    """A step created, started and given two results in one batch: the second result is refused,
+    as when they come one by one (the first is kept and counted once), whether the database
+    holds the run's row for the batch or not."""
+    recorder, records = _executing(run, worker_ids, delivered), step_records()
+    first = finished(records[0], "first", tokens_in=10)
+    recorder.record(
+        [
+            ("planning", (0,)),
+            ("plan_created", (plan_record(), records)),
+            ("step_started", (records[0],)),
+            ("step_result", (first,)),
+            ("step_result", (finished(step_records()[0], "second", tokens_in=999),)),
+        ]
+    )
+
+    step = Step.objects.get(run=run, index=0)
+    assert (step.status, step.response, step.tokens_in) == ("succeeded", "first", 10)
+    run.refresh_from_db()
+    assert run.tokens_in == 100 + 10
+    assert [e["type"] for e in delivered].count("step.finished") == 1
+    assert [(e["seq"], e["type"]) for e in delivered] == stored_events(run)
+    assert (recorder.last_seq, recorder.totals["tokens_in"]) == (run.last_seq, run.tokens_in)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_runs_end_in_a_batch_closes_a_step_open_unknown_to_the_recorder(
+    run, worker_ids, delivered
+):
+    """Step 1 is open again in the database (as when another execution holds it), which the
+    recorder does not know: the run's end, stored with the batch's other callbacks, finds it,
+    and the general way ends the run and closes the step."""
+    recorder, records = _executing(run, worker_ids, delivered), step_records()
+    recorder.record([("planning", (0,)), ("plan_created", (plan_record(), records))])
+    recorder.record([("step_started", (records[0],))])
+    recorder.record([("step_result", (finished(records[0], "50"),))])
+    recorder.record([("step_started", (records[1],))])
+    Step.objects.filter(run=run, index=0).update(status=Step.Status.RUNNING)
+    result = succeeded(records, tokens_in=130, tokens_out=30, cost=0.012)
+    recorder.record(
+        [("step_result", (finished(records[1], "ANSWER: 50"),)), ("run_finished", (result, 1.0))]
+    )
+
+    run.refresh_from_db()
+    assert (run.status, run.answer) == ("succeeded", "50")
+    steps = list(Step.objects.filter(run=run).order_by("index").values_list("status", flat=True))
+    assert steps == ["cancelled", "succeeded"]
+    last = delivered[-1]
+    assert last["type"] == "run.finished"
+    assert {s: value["ids"] for s, value in last["closed_steps"].items()} == {
+        "cancelled": [Step.objects.get(run=run, index=0).pk]
+    }
+    assert [(e["seq"], e["type"]) for e in delivered] == stored_events(run)
