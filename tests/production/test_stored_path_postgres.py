@@ -18,8 +18,10 @@ from orchestrator.services.recorder import RunRecorder
 from tests.factories import make_run
 from tests.orchestrator.services.test_run_recording import (
     WORKFLOW,
+    executing_recorder,
     finished,
     plan_record,
+    planned_and_started,
     step_records,
     stored_events,
 )
@@ -210,18 +212,9 @@ def together(monkeypatch, durable) -> list[int]:
 
 @pytest.fixture
 def executing(run, sim_pool, delivered) -> RunRecorder:
-    """A recorder as an execution builds it: with the run's stored totals (``wall_time`` is
-    NULL until the run ends), so its first statement finds the row as it expects."""
-    from orchestrator import wire
-
-    worker_ids = list(sim_pool.workers.order_by("position").values_list("pk", flat=True))
-    return RunRecorder(
-        run_id=run.pk,
-        worker_ids=worker_ids,
-        status=run.status,
-        totals={field: getattr(run, field) for field in wire.TOTAL_FIELDS},
-        deliver=delivered.append,
-    )
+    """A recorder as an execution builds it, but that does not know the run's last seq: its
+    first batch goes one statement a callback."""
+    return executing_recorder(run, _worker_ids(sim_pool), delivered, last_seq=None)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -229,13 +222,7 @@ def test_callbacks_taken_together_are_stored_in_one_round_trip(
     run, executing, delivered, statements, together
 ):
     recorder, records = executing, step_records()
-    recorder.record(
-        [
-            ("planning", (0,)),
-            ("plan_created", (plan_record(), records)),
-            ("step_started", (records[0],)),
-        ]
-    )
+    recorder.record(planned_and_started(records))
     recorder.record(
         [
             ("step_result", (finished(records[0], "80 - 30 = 50"),)),
@@ -412,27 +399,10 @@ def test_an_execution_stores_each_batch_in_one_statement_its_progress_without_wa
     is one statement (the run's row written once, steps created and started in it inserted
     started), committed, with CONDUCTOR_DB_ASYNC_PROGRESS, without waiting for the disk until
     the one that ends the run."""
-    from orchestrator import wire
-
     settings.CONDUCTOR_DB_ASYNC_PROGRESS = True
-
-    worker_ids = list(sim_pool.workers.order_by("position").values_list("pk", flat=True))
-    recorder = RunRecorder(
-        run_id=run.pk,
-        worker_ids=worker_ids,
-        status=run.status,
-        totals={field: getattr(run, field) for field in wire.TOTAL_FIELDS},
-        last_seq=run.last_seq,
-        deliver=delivered.append,
-    )
-    records = step_records()
-    recorder.record(
-        [
-            ("planning", (0,)),
-            ("plan_created", (plan_record(), records)),
-            ("step_started", (records[0],)),
-        ]
-    )
+    worker_ids = _worker_ids(sim_pool)
+    recorder, records = executing_recorder(run, worker_ids, delivered), step_records()
+    recorder.record(planned_and_started(records))
     recorder.record(
         [
             ("step_result", (finished(records[0], "80 - 30 = 50"),)),

@@ -544,19 +544,29 @@ async def test_with_write_behind_a_refused_callback_is_raised_by_the_next_and_st
     assert not await Step.objects.filter(run=run).aexists()
 
 
-def _executing(run: Run, worker_ids: list[int], delivered: list[dict]) -> RunRecorder:
-    """A recorder as an execution builds it: it knows the run's totals, status and last seq, so
-    callbacks stored together hold the run's row."""
+def executing_recorder(
+    run: Run, worker_ids: list[int], delivered: list[dict], **known
+) -> RunRecorder:
+    """A recorder as an execution builds it: it knows the run's totals (``wall_time`` is NULL
+    until the run ends), status and last seq (unless ``known`` says otherwise), so callbacks
+    stored together hold the run's row."""
     from orchestrator import wire
 
-    return RunRecorder(
-        run_id=run.pk,
-        worker_ids=worker_ids,
-        status=run.status,
-        totals={field: getattr(run, field) for field in wire.TOTAL_FIELDS},
-        last_seq=run.last_seq,
-        deliver=delivered.append,
-    )
+    known = {
+        "status": run.status,
+        "totals": {field: getattr(run, field) for field in wire.TOTAL_FIELDS},
+        "last_seq": run.last_seq,
+    } | known
+    return RunRecorder(run_id=run.pk, worker_ids=worker_ids, deliver=delivered.append, **known)
+
+
+def planned_and_started(records: list[StepRecord]) -> list[tuple[str, tuple]]:
+    """The callbacks of a run's start: planning, its plan with ``records``, step 0 started."""
+    return [
+        ("planning", (0,)),
+        ("plan_created", (plan_record(), records)),
+        ("step_started", (records[0],)),
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -564,7 +574,7 @@ def test_a_result_stored_twice_in_one_batch_is_kept_once(run, worker_ids, delive
     """A step created, started and given two results in one batch: the second result is refused,
     as when they come one by one (the first is kept and counted once), whether the database
     holds the run's row for the batch or not."""
-    recorder, records = _executing(run, worker_ids, delivered), step_records()
+    recorder, records = executing_recorder(run, worker_ids, delivered), step_records()
     first = finished(records[0], "first", tokens_in=10)
     recorder.record(
         [
@@ -592,7 +602,7 @@ def test_a_runs_end_in_a_batch_closes_a_step_open_unknown_to_the_recorder(
     """Step 1 is open again in the database (as when another execution holds it), which the
     recorder does not know: the run's end, stored with the batch's other callbacks, finds it,
     and the general way ends the run and closes the step."""
-    recorder, records = _executing(run, worker_ids, delivered), step_records()
+    recorder, records = executing_recorder(run, worker_ids, delivered), step_records()
     recorder.record([("planning", (0,)), ("plan_created", (plan_record(), records))])
     recorder.record([("step_started", (records[0],))])
     recorder.record([("step_result", (finished(records[0], "50"),))])
