@@ -28,6 +28,12 @@ def listen_locally(run_id: int, listener: LocalListener) -> None:
     _local_listeners.setdefault(run_id, {})[listener] = asyncio.get_running_loop()
 
 
+def listening_locally(run_id: int) -> bool:
+    """Whether anything in this process listens to the run's events (``listen_locally``): a
+    socket does once it has opened, its checks and first reads done."""
+    return bool(_local_listeners.get(run_id))
+
+
 def stop_listening_locally(run_id: int, listener: LocalListener) -> None:
     listeners = _local_listeners.get(run_id)
     if listeners is not None:

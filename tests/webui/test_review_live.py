@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from asgiref.sync import sync_to_async
 from channels.routing import URLRouter
@@ -9,7 +11,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.urls import reverse
 
-from orchestrator import wire
+from orchestrator import delivery, wire
 from orchestrator.models import Run
 from orchestrator.services import review
 from tests.factories import make_run, make_step
@@ -19,6 +21,17 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("async_db_connections_closed"),
 ]
+
+
+async def opened(run_id: int) -> None:
+    """Wait until the socket has opened. It is accepted before its checks and first reads (the
+    handshake does not wait for them), and on the test database (in memory, shared between
+    threads) a write made meanwhile finds the tables they read locked, at once."""
+    for _ in range(500):
+        if delivery.listening_locally(run_id):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"the socket of run {run_id} never opened")
 
 
 def finished_run(pool) -> tuple[Run, int]:
@@ -39,6 +52,7 @@ async def test_a_comment_and_a_label_reach_a_viewer_watching_a_finished_run(
     communicator.scope["user"] = viewer
     connected, _ = await communicator.connect()
     assert connected
+    await opened(run.pk)
     try:
         # The reviewer acts through the API, as their page does.
         client = Client()
