@@ -10,7 +10,7 @@ import datetime
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from functools import cache, lru_cache
 from typing import Any
@@ -257,14 +257,20 @@ def insert_rows(rows: list[Any]) -> None:
             ids = cursor.fetchall()
         for row, (pk,) in zip(batch, ids, strict=True):
             row.pk = pk
-            row._state.adding = False
-            row._state.db = db.alias
+        mark_stored(batch)
 
 
 def allocate_ids(counts: Sequence[tuple[type[models.Model], int]]) -> list[list[int]]:
     """Take ``n`` new ids for each ``(model, n)`` from its table's sequence, in one statement
     (PostgreSQL): rows inserted with them can be named in the same statement (a step's plan, the
     steps it reads) and in the events stored with them."""
+    columns, params = ids_columns(counts)
+    return [list(ids) for ids in fetch_bound(f"SELECT {columns}", params)[0]]
+
+
+def ids_columns(counts: Sequence[tuple[type[models.Model], int]]) -> tuple[str, list[Any]]:
+    """The columns of a SELECT that takes ``allocate_ids``'s ids (an array a model), and their
+    parameters: for a statement that takes them with other work."""
     parts = []
     params: list[Any] = []
     for model, count in counts:
@@ -272,7 +278,16 @@ def allocate_ids(counts: Sequence[tuple[type[models.Model], int]]) -> list[list[
             "ARRAY(SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM generate_series(1, %s))"
         )
         params += [connection.ops.quote_name(model._meta.db_table), model._meta.pk.column, count]
-    return [list(ids) for ids in fetch_bound(f"SELECT {', '.join(parts)}", params)[0]]
+    return ", ".join(parts), params
+
+
+def mark_stored(rows: Iterable[models.Model]) -> None:
+    """Have model instances whose rows were inserted in plain SQL (their ids set) count as
+    saved, as the ORM's own insert leaves them."""
+    alias = current().alias
+    for row in rows:
+        row._state.adding = False
+        row._state.db = alias
 
 
 def insert_statement(rows: Sequence[Any]) -> tuple[str, list[Any]]:

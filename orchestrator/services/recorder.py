@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import nullcontext
+from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
@@ -43,6 +44,7 @@ from orchestrator.sql import (
     insert_rows,
     insert_statement,
     json_param,
+    mark_stored,
     storing_held_statement,
     storing_statement,
 )
@@ -235,7 +237,9 @@ class RunRecorder:
                 statement = storing_held_statement(
                     self.run_id,
                     # Step rows locked in the order every writer locks them (round, index).
-                    steps=[(sql, params) for _, sql, params in sorted(held.steps, key=_first)],
+                    steps=[
+                        (sql, params) for _, sql, params in sorted(held.steps, key=itemgetter(0))
+                    ],
                     inserts=[insert_statement(rows) for rows in held.new_rows],
                     assignments=assignments,
                     assignment_params=params,
@@ -515,15 +519,9 @@ class RunRecorder:
         if not rows:
             return []
         if self._held is not None and can_store_in_one_statement():
-            missing = len(rows) - len(self.plan_ids)
-            if missing > 0:
-                self.plan_ids += allocate_ids([(Plan, missing)])[0]
-            for row in rows:
-                row.pk = self.plan_ids.pop(0)
+            self._take_plan_ids(rows)
             self._held.new_rows.append(rows)
-            for row in rows:
-                row._state.adding = False
-                row._state.db = connection.alias
+            mark_stored(rows)
         else:
             insert_rows(rows)
         self.plan_rounds.update(row.round for row in rows)
@@ -583,13 +581,12 @@ class RunRecorder:
                 reached_the_commit = True
         except Exception as error:
             self._together, self._held = False, None
-            if not reached_the_commit:
-                _unless_refused(error, self.run_id)
             if reached_the_commit:
                 # The commit failed (nothing kept; the run stops with the error, as a single
                 # callback's would), or what runs after it did: then all is stored, and storing
                 # the callbacks again would store them twice.
                 raise
+            _unless_refused(error, self.run_id)
             self._state_restored(saved)
             for name, args in calls:  # one by one: raises again where it holds
                 getattr(self, name)(*args)
@@ -796,9 +793,7 @@ class RunRecorder:
         ]
         items += [(wire.STEP_CREATED, {"step": wire.step_data(row)}) for row in new_steps]
         self._store_in_one_statement(items, add=usage, new_rows=[plan_rows, new_steps])
-        for row in [*plan_rows, *new_steps]:
-            row._state.adding = False
-            row._state.db = connection.alias
+        mark_stored([*plan_rows, *new_steps])
         self.plan_rounds.update(row.round for row in plan_rows)
         self._steps_added(new_steps)
 
@@ -1018,17 +1013,14 @@ class RunRecorder:
         assignment_sql = [f"{name} = %s" for name in assignments]
         assignment_sql.append("started_at = COALESCE(started_at, %s)")
         assignment_params = [*assignments.values(), db_datetime(finished_at)]
-        if self._held is not None and not any(
-            row.status in Step.OPEN for row in self.steps.values()
-        ):
+        none_open = not any(row.status in Step.OPEN for row in self.steps.values())
+        if self._held is not None and none_open:
             ended = {
                 name: assignments[name] for name in ("answer", "error", "score", "finished_at")
             }
             self._finish_held(status, plan_rows, ended_totals, ended, finished)
             return
-        if can_store_in_one_statement() and not any(
-            row.status in Step.OPEN for row in self.steps.values()
-        ):
+        if can_store_in_one_statement() and none_open:
             new_totals = self.totals | ended_totals
             try:
                 self._store_finish_in_one_statement(
@@ -1099,11 +1091,7 @@ class RunRecorder:
         step of the run is open (the statement checks it: else it writes nothing and raises
         NotStoredInOneStatement); ``finished`` is the ``run.finished`` event's data, whose
         step count the statement checks is the row's."""
-        missing = len(plan_rows) - len(self.plan_ids)
-        if missing > 0:
-            self.plan_ids += allocate_ids([(Plan, missing)])[0]
-        for row in plan_rows:
-            row.pk = self.plan_ids.pop(0)
+        self._take_plan_ids(plan_rows)
         items: list[tuple[str, dict[str, Any]]] = [
             (wire.PLAN_CREATED, {"plan": wire.plan_data(row)}) for row in plan_rows
         ]
@@ -1119,10 +1107,16 @@ class RunRecorder:
             ),
             condition_params=[self.run_id, *(str(status) for status in Step.OPEN)],
         )
-        for row in plan_rows:
-            row._state.adding = False
-            row._state.db = connection.alias
+        mark_stored(plan_rows)
         self.plan_rounds.update(row.round for row in plan_rows)
+
+    def _take_plan_ids(self, rows: list[Plan]) -> None:
+        """Give new plan rows the ids taken ahead (PostgreSQL), taking those missing first."""
+        missing = len(rows) - len(self.plan_ids)
+        if missing > 0:
+            self.plan_ids += allocate_ids([(Plan, missing)])[0]
+        for row in rows:
+            row.pk = self.plan_ids.pop(0)
 
     def _worker_id(self, index: int) -> int | None:
         return self.worker_ids[index] if 0 <= index < len(self.worker_ids) else None
@@ -1141,10 +1135,6 @@ def _unless_refused(error: Exception, run_id: int) -> None:
             run_id,
             exc_info=error,
         )
-
-
-def _first(entry: tuple[Any, ...]) -> Any:
-    return entry[0]
 
 
 def _with(row: Step, values: dict[str, Any]) -> Step:

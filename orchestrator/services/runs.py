@@ -60,6 +60,7 @@ from orchestrator.sql import (
     current,
     fetch_together,
     hot_cursor,
+    ids_columns,
     model_columns,
 )
 from orchestrator.telemetry import run_trace_enqueue
@@ -571,12 +572,7 @@ def _claim_and_load(
         run_id=run_id, executor=executor, lease_seconds=lease_seconds
     )
     run_columns = model_columns(Run)
-    quote = current().ops.quote_name
-    ahead = ", ".join(
-        f"ARRAY(SELECT nextval(pg_get_serial_sequence('{quote(model._meta.db_table)}', "
-        f"'{model._meta.pk.column}')) FROM generate_series(1, {count}))"
-        for model, count in ((Plan, 2), (Step, STEP_IDS_AHEAD))
-    )
+    ahead, ahead_params = ids_columns([(Plan, 2), (Step, STEP_IDS_AHEAD)])
     # A statement's parts see the rows as they were before it: the run's row is the claim's.
     sql = _run_pool_and_workers_sql(
         f"WITH run_row AS ({claim_sql} RETURNING {run_columns.sql}), "
@@ -589,7 +585,7 @@ def _claim_and_load(
     # Its commit need not wait for the disk: a claim lost with the database server's crash is
     # one that the crash ends anyway (the execution's next write finds its connection gone, or
     # the fence no longer its own, and stops; the run is resumed).
-    rows = fetch_together([(sql, [*claim_params, True])], durable=False)[0]
+    rows = fetch_together([(sql, [*claim_params, *ahead_params, True])], durable=False)[0]
     if not rows:
         return None
     run, pool, workers = _run_pool_and_workers_from(rows)

@@ -578,9 +578,7 @@ def test_a_result_stored_twice_in_one_batch_is_kept_once(run, worker_ids, delive
     first = finished(records[0], "first", tokens_in=10)
     recorder.record(
         [
-            ("planning", (0,)),
-            ("plan_created", (plan_record(), records)),
-            ("step_started", (records[0],)),
+            *planned_and_started(records),
             ("step_result", (first,)),
             ("step_result", (finished(step_records()[0], "second", tokens_in=999),)),
         ]
