@@ -58,10 +58,11 @@ from orchestrator.services.replay import replay_execution_state, replay_strategy
 from orchestrator.sql import (
     can_store_in_one_statement,
     current,
-    fetch_together,
+    fetch_bound,
     hot_cursor,
     ids_columns,
     model_columns,
+    not_durable_select,
 )
 from orchestrator.telemetry import run_trace_enqueue
 
@@ -574,18 +575,19 @@ def _claim_and_load(
     run_columns = model_columns(Run)
     ahead, ahead_params = ids_columns([(Plan, 2), (Step, STEP_IDS_AHEAD)])
     # A statement's parts see the rows as they were before it: the run's row is the claim's.
+    # Its commit need not wait for the disk (``not_durable_select``): a claim lost with the
+    # database server's crash is one that the crash ends anyway (the execution's next write
+    # finds its connection gone, or the fence no longer its own, and stops; the run is resumed).
     sql = _run_pool_and_workers_sql(
         f"WITH run_row AS ({claim_sql} RETURNING {run_columns.sql}), "
-        f"ahead AS MATERIALIZED (SELECT {ahead}) SELECT run_row.*",
+        f"ahead AS MATERIALIZED (SELECT {ahead}), "
+        f"not_durable AS MATERIALIZED ({not_durable_select()}) SELECT run_row.*",
         ", ahead.*",
-        "FROM run_row CROSS JOIN ahead",
+        "FROM run_row CROSS JOIN ahead CROSS JOIN not_durable",
         "run_row",
         "true",
     )
-    # Its commit need not wait for the disk: a claim lost with the database server's crash is
-    # one that the crash ends anyway (the execution's next write finds its connection gone, or
-    # the fence no longer its own, and stops; the run is resumed).
-    rows = fetch_together([(sql, [*claim_params, *ahead_params, True])], durable=False)[0]
+    rows = fetch_bound(sql, [*claim_params, *ahead_params, True])
     if not rows:
         return None
     run, pool, workers = _run_pool_and_workers_from(rows)

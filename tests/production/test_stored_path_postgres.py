@@ -452,6 +452,28 @@ def test_a_transaction_sent_together_waits_for_the_disk_only_if_durable(run, dur
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_statement_alone_that_reads_not_durable_select_does_not_wait_for_the_disk(run):
+    """Its own transaction commits without waiting for the disk; the connection's next one
+    waits again, and inside a caller's atomic block the caller's transaction is left as it is."""
+    from django.db import connection, transaction
+
+    def setting_in_statement() -> str:
+        return sql.fetch_bound(
+            f"WITH not_durable AS MATERIALIZED ({sql.not_durable_select()}) "
+            "SELECT current_setting('synchronous_commit') FROM not_durable",
+            [],
+        )[0][0]
+
+    assert setting_in_statement() == "off"
+    assert sql.fetch_bound("SELECT current_setting('synchronous_commit')", []) == [("on",)]
+    with transaction.atomic():
+        assert setting_in_statement() == "on"
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            assert cursor.fetchone()[0] == "on"
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_execution_claims_and_loads_its_run_in_one_round_trip(
     run, sim_pool, monkeypatch, settings
 ):
@@ -462,21 +484,22 @@ def test_an_execution_claims_and_loads_its_run_in_one_round_trip(
     from orchestrator.services import runs
 
     sim_pool.workers.filter(position=1).update(enabled=False)
-    sent: list[tuple[int, bool]] = []
-    fetch_together = runs.fetch_together
+    sent: list[str] = []
+    fetch_bound = runs.fetch_bound
 
-    def spy(statements, *, durable=True):
-        sent.append((len(statements), durable))
-        return fetch_together(statements, durable=durable)
+    def spy(sql_text, params):
+        sent.append(sql_text)
+        return fetch_bound(sql_text, params)
 
-    monkeypatch.setattr(runs, "fetch_together", spy)
+    monkeypatch.setattr(runs, "fetch_bound", spy)
     monkeypatch.setattr(runs, "hot_cursor", None)  # the general way's: never used here
 
     execution = runs._load_execution(run_id=run.pk, executor="one", exclusive=False)
 
-    # One statement, whose commit need not wait for the disk (a claim lost with the database
-    # server's crash ends with it: the execution's next write finds the fence moved).
-    assert sent == [(1, False)]
+    # One statement, a transaction by itself, whose commit need not wait for the disk (a claim
+    # lost with the database server's crash ends with it: the execution's next write finds the
+    # fence moved).
+    assert len(sent) == 1 and f"({sql.not_durable_select()})" in sent[0]
     run.refresh_from_db()
     assert (execution.claim.fence, run.fence, run.executor) == (1, 1, "one")
     # What the general way loads once claimed, field by field (converted as the ORM converts).
