@@ -268,20 +268,25 @@ def allocate_ids(counts: Sequence[tuple[type[models.Model], int]]) -> list[list[
     return [list(ids) for ids in fetch_bound(f"SELECT {columns}", params)[0]]
 
 
-def ids_columns(counts: Sequence[tuple[type[models.Model], int]]) -> tuple[str, list[Any]]:
+def ids_columns(
+    counts: Sequence[tuple[type[models.Model], int]], *, counts_in_text: bool = False
+) -> tuple[str, list[Any]]:
     """The columns of a SELECT that takes ``allocate_ids``'s ids (an array a model), and their
-    parameters: for a statement that takes them with other work. The counts are written into the
-    text: PostgreSQL then plans a prepared statement once for all its executions (with each
-    count a parameter it planned the claim's statement anew each time, a third of a millisecond
-    of the server's time an execution)."""
+    parameters: for a statement that takes them with other work. With ``counts_in_text`` (counts
+    that never change, as the claim's) the counts are written into the text: PostgreSQL then
+    plans a prepared statement once for all its executions, where with each count a parameter
+    it planned the claim's statement anew every time (a third of a millisecond of the server's
+    time). Counts that vary stay parameters: one text, not one per count."""
     parts = []
     params: list[Any] = []
     for model, count in counts:
-        parts.append(
-            "ARRAY(SELECT nextval(pg_get_serial_sequence(%s, %s)) "
-            f"FROM generate_series(1, {int(count)}))"
-        )
         params += [connection.ops.quote_name(model._meta.db_table), model._meta.pk.column]
+        if counts_in_text:
+            series = f"generate_series(1, {int(count)})"
+        else:
+            series = "generate_series(1, %s)"
+            params.append(count)
+        parts.append(f"ARRAY(SELECT nextval(pg_get_serial_sequence(%s, %s)) FROM {series})")
     return ", ".join(parts), params
 
 
@@ -509,10 +514,11 @@ def not_durable_select() -> str:
     """A SELECT for a CTE of a statement sent alone by ``fetch_bound`` (PostgreSQL), which has
     the statement's commit not wait for the disk when the statement is a transaction by itself:
     ``synchronous_commit`` off for that transaction, as ``fetch_together`` sets it when not
-    ``durable``, without a BEGIN, a SET and a COMMIT of their own. Inside a caller's atomic block
-    it sets nothing (the caller's transaction keeps its own setting). The statement must read
-    the CTE (one that nothing reads is not evaluated)."""
-    if current().in_atomic_block:
+    ``durable``, without a BEGIN, a SET and a COMMIT of their own. Inside a caller's transaction
+    (an atomic block, or autocommit off) it sets nothing: that transaction keeps its own setting.
+    The statement must read the CTE (one that nothing reads is not evaluated)."""
+    db = current()
+    if db.in_atomic_block or not db.get_autocommit():
         return "SELECT NULL AS not_durable"
     return "SELECT set_config('synchronous_commit', 'off', true) AS not_durable"
 
@@ -629,8 +635,8 @@ def storing_held_statement(
     )
     params += [*assignment_params, run_id, *condition_params]
     if events:
-        # One JSON array of the events, numbered (one parameter, whatever their number: one
-        # dump, and one statement text for batches of any size).
+        # One JSON array of the events, numbered: one parameter and one dump, whatever their
+        # number (the text does not grow with it).
         parts.append(
             f"new_events AS (INSERT INTO {EVENT_TABLE} (run_id, seq, type, data, created_at) "
             "SELECT %s, CAST(item.data ->> 'seq' AS bigint), item.data ->> 'type', item.data, %s "

@@ -573,7 +573,7 @@ def _claim_and_load(
         run_id=run_id, executor=executor, lease_seconds=lease_seconds
     )
     run_columns = model_columns(Run)
-    ahead, ahead_params = ids_columns([(Plan, 2), (Step, STEP_IDS_AHEAD)])
+    ahead, ahead_params = ids_columns([(Plan, 2), (Step, STEP_IDS_AHEAD)], counts_in_text=True)
     # A statement's parts see the rows as they were before it: the run's row is the claim's.
     # Its commit need not wait for the disk (``not_durable_select``): a claim lost with the
     # database server's crash is one that the crash ends anyway (the execution's next write
@@ -587,7 +587,10 @@ def _claim_and_load(
         "run_row",
         "true",
     )
-    rows = fetch_bound(sql, [*claim_params, *ahead_params, True])
+    # In a caller's transaction (tests), a savepoint: a refused claim leaves that transaction
+    # as it was.
+    with transaction.atomic() if current().in_atomic_block else contextlib.nullcontext():
+        rows = fetch_bound(sql, [*claim_params, *ahead_params, True])
     if not rows:
         return None
     run, pool, workers = _run_pool_and_workers_from(rows)

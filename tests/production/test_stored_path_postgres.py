@@ -452,9 +452,10 @@ def test_a_transaction_sent_together_waits_for_the_disk_only_if_durable(run, dur
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_statement_alone_that_reads_not_durable_select_does_not_wait_for_the_disk(run):
-    """Its own transaction commits without waiting for the disk; the connection's next one
-    waits again, and inside a caller's atomic block the caller's transaction is left as it is."""
+def test_a_statement_alone_that_reads_not_durable_select_turns_off_synchronous_commit(run):
+    """For its own transaction only (whose commit then does not wait for the disk): the
+    connection's next one has it on again, and inside a caller's atomic block the caller's
+    transaction is left as it is."""
     from django.db import connection, transaction
 
     def setting_in_statement() -> str:
@@ -471,6 +472,12 @@ def test_a_statement_alone_that_reads_not_durable_select_does_not_wait_for_the_d
         with connection.cursor() as cursor:
             cursor.execute("SHOW synchronous_commit")
             assert cursor.fetchone()[0] == "on"
+    connection.set_autocommit(False)
+    try:
+        assert setting_in_statement() == "on"
+    finally:
+        connection.rollback()
+        connection.set_autocommit(True)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -500,6 +507,7 @@ def test_an_execution_claims_and_loads_its_run_in_one_round_trip(
     # lost with the database server's crash ends with it: the execution's next write finds the
     # fence moved).
     assert len(sent) == 1 and f"({sql.not_durable_select()})" in sent[0]
+    assert "CROSS JOIN not_durable" in sent[0]  # read, so evaluated
     run.refresh_from_db()
     assert (execution.claim.fence, run.fence, run.executor) == (1, 1, "one")
     # What the general way loads once claimed, field by field (converted as the ORM converts).
