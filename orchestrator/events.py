@@ -143,15 +143,23 @@ async def send_async(event: dict[str, Any]) -> None:
     await send_many_async([event])
 
 
-async def send_many_async(events: Sequence[dict[str, Any]]) -> None:
+async def send_many_async(
+    events: Sequence[dict[str, Any]], *, to_layer: Sequence[bool] | None = None
+) -> None:
     """``send_async`` of several stored events of one run, in seq order: each to the local
     listeners, then all of them in one channel-layer message (a group send costs several
-    Redis round trips, whatever it carries)."""
+    Redis round trips, whatever it carries). With ``to_layer`` (a flag an event), only those
+    flagged go to the channel layer: the others were stored while nobody had subscribed to the
+    run's group (``Run.watched``)."""
     if not events:
         return
     delivered_locally = False
     for event in events:
         delivered_locally |= await delivery.deliver_locally(event)
+    if to_layer is not None:
+        events = [event for event, flagged in zip(events, to_layer, strict=True) if flagged]
+        if not events:
+            return
     layer = get_channel_layer()
     if layer is None:
         return

@@ -443,15 +443,16 @@ def advance_seq_storing(statement: tuple[str, Sequence[Any]]) -> int | None:
 
 def advance_seq_storing_together(
     statements: Sequence[tuple[str, Sequence[Any]]], *, durable: bool = True
-) -> list[int]:
+) -> list[tuple]:
     """Several statements of ``storing_statement`` (none quiet), or one of
     ``storing_held_statement``, in one round trip and one transaction (``fetch_together``).
-    Returns each one's last_seq. Nothing is kept unless all are: raises NotStoredInOneStatement
+    Returns each one's row: the run's new last_seq first (then, for ``storing_held_statement``,
+    whether the run is watched). Nothing is kept unless all are: raises NotStoredInOneStatement
     if any of them found the rows not as its caller expected; any other error (the database's,
     or one raised here while the statements were being sent) rolls the transaction back and
     propagates."""
     try:
-        return [rows[0][0] for rows in fetch_together(statements, durable=durable)]
+        return [rows[0] for rows in fetch_together(statements, durable=durable)]
     except DataError as error:
         if getattr(error.__cause__, "sqlstate", None) == _DIVISION_BY_ZERO:
             raise NotStoredInOneStatement from error
@@ -615,8 +616,9 @@ def storing_held_statement(
     (whose ids were allocated), one UPDATE of the run's row with ``assignments`` where
     ``conditions`` hold and every step row was written, and one INSERT of ``events``, numbered
     by the caller (``events.numbered``). Sent like ``storing_statement``'s, it returns the run's
-    last_seq, and divides by zero (undoing itself) when the run's row or a step's row matched
-    nothing. The step rows are written first, in the order given, then the run's: the caller
+    last_seq and whether the run is watched (``Run.watched``, as the UPDATE found the row: a
+    subscriber that marked it earlier is seen), and divides by zero (undoing itself) when the
+    run's row or a step's row matched nothing. The step rows are written first, in the order given, then the run's: the caller
     gives them by round and index, the order every writer locks them in."""
     parts: list[str] = []
     params: list[Any] = []
@@ -631,7 +633,7 @@ def storing_held_statement(
     )
     parts.append(
         f"run_row AS (UPDATE {RUN_TABLE} SET {', '.join(assignments)} WHERE {where} "
-        "RETURNING last_seq)"
+        "RETURNING last_seq, watched)"
     )
     params += [*assignment_params, run_id, *condition_params]
     if events:
@@ -645,7 +647,7 @@ def storing_held_statement(
         params += [run_id, created_at, json_param(_EVENT_DATA, list(events))]
     sql = (
         f"WITH {', '.join(parts)} SELECT run_row.last_seq, "
-        "1 / (CASE WHEN run_row.last_seq IS NOT NULL THEN 1 ELSE 0 END) "
+        "1 / (CASE WHEN run_row.last_seq IS NOT NULL THEN 1 ELSE 0 END), run_row.watched "
         "FROM (SELECT 1) AS one LEFT JOIN run_row ON true"
     )
     return sql, params

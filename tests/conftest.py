@@ -129,9 +129,9 @@ async def async_db_connections_closed():
 
 @pytest.fixture
 def sent_events(monkeypatch) -> list[dict]:
-    """Every live event sent to a channel group (that is, after its transaction committed),
-    whether sent from sync code (``events.send``) or from the loop (``events.send_async``,
-    ``events.send_many_async``)."""
+    """Every live event sent (that is, after its transaction committed), whether sent from sync
+    code (``events.send``) or from the loop (``events.send_async``, ``events.send_many_async``:
+    to the run's group, or to this process's listeners only while nobody watched the run)."""
     from orchestrator import events
 
     sent: list[dict] = []
@@ -141,9 +141,9 @@ def sent_events(monkeypatch) -> list[dict]:
         sent.append(event)
         send(event)
 
-    async def capture_many_async(batch) -> None:
+    async def capture_many_async(batch, **options) -> None:
         sent.extend(batch)
-        await send_many_async(batch)
+        await send_many_async(batch, **options)
 
     monkeypatch.setattr(events, "send", capture)
     monkeypatch.setattr(events, "send_many_async", capture_many_async)

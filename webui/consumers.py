@@ -16,6 +16,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from orchestrator import delivery, events, selectors
 from orchestrator.models import Run
+from orchestrator.services.runs import run_watch
 from webui import snapshots, socket_access
 
 # One code for every refusal (not logged in, no such run, not a member, access ended), so run
@@ -70,6 +71,13 @@ def _open(
     watched, run = socket_access.opening(presented, run_id)
     opened = _Opened(watched, allowed=run is not None)
     if run is None or not first:
+        return opened
+    # Marked watched, then read: an event this socket does not read here is sent to the group
+    # (until a run is marked, its events are stored without being sent there).
+    run_watch(run_id=run_id)
+    run = selectors.viewable_run_seq(user_id=watched.user_id, run_id=run_id) if watched else None
+    if run is None:  # deleted, or access lost, since the check
+        opened.allowed = False
         return opened
     try:
         if after is None:

@@ -138,7 +138,9 @@ class RunRecorder:
     ``steps`` are the run's stored Step rows (a resumed run has some), ``plan_rounds`` the rounds
     whose plan is stored, ``totals`` the run's stored totals, ``status`` its stored status and
     ``last_seq`` its last event's seq: the recorder keeps all five current. Every method
-    publishes its events with ``deliver``, which receives them after the commit. With ``fence``
+    publishes its events with ``deliver``, which receives them after the commit; those of
+    callbacks stored together while nobody watched the run (``Run.watched``, PostgreSQL) go to
+    ``deliver_unwatched`` instead, if given: they need not reach the channel layer. With ``fence``
     (the execution's fencing token), a callback is stored only while the run's fence is still
     that one; else it raises RunTakenOver. ``ids_ahead`` are plan and step ids taken for it
     (PostgreSQL), used before any other.
@@ -162,6 +164,7 @@ class RunRecorder:
         totals: dict[str, Any] | None = None,
         status: str | None = None,
         deliver: Any = None,
+        deliver_unwatched: Any = None,
         fence: int | None = None,
         last_seq: int | None = None,
         ids_ahead: tuple[Sequence[int], Sequence[int]] = ((), ()),
@@ -181,6 +184,7 @@ class RunRecorder:
         self.totals = dict.fromkeys(TOTAL_FIELDS, 0) | dict(totals or {})
         self.status = status
         self.deliver = deliver
+        self.deliver_unwatched = deliver_unwatched or deliver
         # While callbacks are stored together (PostgreSQL, ``record``): their statements, sent
         # at once; and how to undo what they changed here if the database refuses one.
         self._deferred: list[tuple[str, list[Any], Callable[[int], None]]] | None = None
@@ -248,9 +252,13 @@ class RunRecorder:
                     events=held.events,
                     created_at=db_datetime(timezone.now()),
                 )
-                advance_seq_storing_together([statement], durable=durable)
+                ((_, _, watched),) = advance_seq_storing_together([statement], durable=durable)
                 self.last_seq = held.last_seq
-                events.deliver_on_commit(held.events, self.deliver)
+                # Nobody has subscribed to the run's group: its events go to this process's
+                # local listeners only (``deliver_unwatched``).
+                events.deliver_on_commit(
+                    held.events, self.deliver if watched else self.deliver_unwatched
+                )
             return
         if held.changed:
             with hot_cursor() as cursor:
@@ -647,9 +655,12 @@ class RunRecorder:
                 )
                 self._release_held(durable=durable)
                 last_seqs = (
-                    advance_seq_storing_together(
-                        [(sql, params) for sql, params, _ in statements], durable=durable
-                    )
+                    [
+                        row[0]
+                        for row in advance_seq_storing_together(
+                            [(sql, params) for sql, params, _ in statements], durable=durable
+                        )
+                    ]
                     if statements
                     else []
                 )

@@ -29,6 +29,11 @@ slow channel layer never reorders them). The sender runs beside the execution: s
 callbacks does not wait for the channel layer to take the previous ones' events (a send that
 failed is raised at the next callback); the run's last callback waits until all are sent.
 
+Events stored while nobody has subscribed to the run's channel group (``Run.watched``, which
+a subscriber sets before it reads what is stored; PostgreSQL's storing statement reads it) go
+to this process's local listeners only: most runs are never watched live, and the channel
+layer's check for members cost each batch a Redis round trip.
+
 The sender starts as soon as a callback has committed, and takes whatever has committed by then
 in one channel-layer message. ``SEND_WINDOW_SECONDS`` can hold it back for the events of the
 callbacks that follow (one message for several: a group send costs several Redis round trips
@@ -103,8 +108,9 @@ class RecordingObserver:
         self._writer: asyncio.Task[None] | None = None
         self._write_timer: asyncio.TimerHandle | None = None
         self._stored_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        # Filled in commit order by the recorder's thread, drained in order on the loop.
-        self._outbox: deque[dict[str, Any]] = deque()
+        # Filled in commit order by the recorder's thread, drained in order on the loop: each
+        # event, and whether it goes to the channel layer (not if nobody watched the run).
+        self._outbox: deque[tuple[dict[str, Any], bool]] = deque()
         self._sender: asyncio.Task[None] | None = None
         self._send_timer: asyncio.TimerHandle | None = None
         self._send_error: BaseException | None = None
@@ -115,7 +121,8 @@ class RecordingObserver:
             plan_rounds=plan_rounds,
             totals=totals,
             status=status,
-            deliver=self._outbox.append,
+            deliver=lambda event: self._outbox.append((event, True)),
+            deliver_unwatched=lambda event: self._outbox.append((event, False)),
             fence=fence,
             last_seq=last_seq,
             ids_ahead=ids_ahead,
@@ -224,7 +231,9 @@ class RecordingObserver:
         while self._outbox:
             batch = list(self._outbox)  # what has committed so far, in seq order
             try:
-                await events.send_many_async(batch)
+                await events.send_many_async(
+                    [event for event, _ in batch], to_layer=[to_layer for _, to_layer in batch]
+                )
             except Exception as error:  # noqa: BLE001 (raised on the next callback)
                 self._send_error = error
                 return

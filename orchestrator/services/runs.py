@@ -275,6 +275,15 @@ class _Execution:
         return {field: getattr(self.run, field) for field in wire.TOTAL_FIELDS}
 
 
+def run_watch(*, run_id: int) -> None:
+    """Have the run's live events sent to its channel group from now on (``Run.watched``;
+    before, an execution stores them without sending them there). A subscriber calls this after
+    joining the group and before it reads what is stored: an event stored before the mark is in
+    what it reads, one stored after is sent to it (the storing statement reads the mark under
+    the run row's lock). A write only the first time; no check of who asks (callers check)."""
+    Run.objects.filter(pk=run_id, watched=False).update(watched=True)
+
+
 def run_execute(
     *,
     run_id: int,

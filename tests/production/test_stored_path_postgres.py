@@ -8,6 +8,8 @@ tests read what each path stored."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from orchestrator import sql
@@ -362,7 +364,7 @@ def test_statements_sent_together_keep_nothing_when_one_fails_before_it_is_sent(
     run.refresh_from_db()
     assert run.tokens_in == 0 and run.last_seq == 0  # the first, queued before, not kept
     assert connection.connection.info.transaction_status.name == "IDLE"
-    assert sql.advance_seq_storing_together([first]) == [0]  # the connection goes on
+    assert sql.advance_seq_storing_together([first])[0][0] == 0  # the connection goes on
     run.refresh_from_db()
     assert run.tokens_in == 5
 
@@ -537,6 +539,82 @@ def test_an_execution_claims_and_loads_its_run_in_one_round_trip(
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED
     assert run.error.startswith("This run killed its worker 2 times")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_stored_while_nobody_watches_the_run_are_not_for_the_channel_layer(
+    run, sim_pool, delivered
+):
+    """A batch stored before anything subscribed to the run (``run_watch``) hands its events to
+    ``deliver_unwatched``; from the mark on, every batch's go to ``deliver``: none lost, none
+    twice, in seq order."""
+    from orchestrator.services.runs import run_watch
+
+    local_only: list[dict] = []
+    recorder = executing_recorder(
+        run, _worker_ids(sim_pool), delivered, deliver_unwatched=local_only.append
+    )
+    records = step_records()
+    recorder.record(planned_and_started(records))
+    assert local_only and delivered == []
+
+    run_watch(run_id=run.pk)
+    recorder.record(
+        [
+            ("step_result", (finished(records[0], "80 - 30 = 50"),)),
+            ("step_started", (records[1],)),
+        ]
+    )
+    seen_unwatched = len(local_only)
+    recorder.record([("step_result", (finished(records[1], "ANSWER: 50"),))])
+
+    assert len(local_only) == seen_unwatched and delivered
+    assert [(e["seq"], e["type"]) for e in local_only + delivered] == stored_events(run)
+    run.refresh_from_db()
+    assert run.watched
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("async_db_connections_closed")
+async def test_an_execution_sends_a_runs_events_to_the_channel_layer_only_once_watched(sim_pool):
+    """On the production stack: a subscriber of the run's group that has not marked it watched
+    hears nothing of its execution; one that has (as sockets and streamed completions do)
+    hears every event after what it read, in order."""
+    from asgiref.sync import sync_to_async
+    from channels.layers import get_channel_layer
+
+    from orchestrator import events
+    from orchestrator.services.runs import run_execute_async, run_watch
+
+    layer = get_channel_layer()
+
+    async def heard(channel: str) -> list[dict]:
+        received: list[dict] = []
+        while True:
+            try:
+                message = await asyncio.wait_for(layer.receive(channel), timeout=0.3)
+            except TimeoutError:
+                return received
+            received += message["events"] if "events" in message else [message["event"]]
+
+    try:
+        for watch in (False, True):
+            run = await sync_to_async(make_run)(pool=sim_pool, input="What is 80 - 30?")
+            channel = await layer.new_channel()
+            await layer.group_add(events.group_name(run.pk), channel)
+            if watch:
+                await sync_to_async(run_watch)(run_id=run.pk)
+            await run_execute_async(run_id=run.pk)
+            await run.arefresh_from_db()
+            assert run.status == Run.Status.SUCCEEDED, run.error
+            received = await heard(channel)
+            if watch:
+                assert [event["seq"] for event in received] == list(range(1, run.last_seq + 1))
+                assert received[-1]["type"] == "run.finished"
+            else:
+                assert received == [] and run.last_seq > 1
+    finally:
+        await layer.close_pools()
 
 
 def _worker_ids(pool) -> list[int]:

@@ -32,6 +32,7 @@ from orchestrator.services.chat import (
     chat_run_create,
     model_ids,
 )
+from orchestrator.services.runs import run_watch
 from webui.openai import protocol
 
 logger = logging.getLogger(__name__)
@@ -385,6 +386,8 @@ async def run_events(run_id: int) -> AsyncIterator[dict[str, Any]]:
     group = events.group_name(run_id)
     if channel is not None:
         await layer.group_add(group, channel)
+        # Then marked watched, before the first read: what that read misses is sent here.
+        await sync_to_async(run_watch)(run_id=run_id)
     seen = 0
     try:
         while True:

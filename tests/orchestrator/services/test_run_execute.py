@@ -256,7 +256,7 @@ def test_events_reach_the_layer_in_seq_order_even_when_sending_is_slow(sim_pool,
     received: list[int] = []
     jitter = random.Random(3)
 
-    async def slow_send(batch: list[dict]) -> None:
+    async def slow_send(batch: list[dict], **options) -> None:
         await asyncio.sleep(jitter.random() / 200)  # a remote layer, answering unevenly
         received.extend(event["seq"] for event in batch)
 
