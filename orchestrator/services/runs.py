@@ -280,8 +280,11 @@ def run_watch(*, run_id: int) -> None:
     before, an execution stores them without sending them there). A subscriber calls this after
     joining the group and before it reads what is stored: an event stored before the mark is in
     what it reads, one stored after is sent to it (the storing statement reads the mark under
-    the run row's lock). A write only the first time; no check of who asks (callers check)."""
-    Run.objects.filter(pk=run_id, watched=False).update(watched=True)
+    the run row's lock). Read first: a write only the first time (on SQLite a write waits for
+    the database's one writer, a run's batch included). Callers check who may watch."""
+    unmarked = Run.objects.filter(pk=run_id, watched=False)
+    if unmarked.exists():
+        unmarked.update(watched=True)
 
 
 def run_execute(

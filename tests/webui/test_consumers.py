@@ -155,6 +155,20 @@ async def test_anonymous_users_and_outsiders_are_refused(sim_pool, outsider, who
     assert await close_code(communicator_for(run.pk, user)) == 4403
 
 
+async def test_a_socket_marks_its_run_watched_and_an_outsiders_does_not(sim_pool, viewer, outsider):
+    """Until a run is marked watched its execution need not send its events to the channel
+    layer (PostgreSQL): the socket marks it before it reads what it sends first; a refused
+    one leaves it as it was."""
+    run = await new_run(sim_pool)
+    assert await close_code(communicator_for(run.pk, outsider)) == 4403
+    await run.arefresh_from_db()
+    assert not run.watched
+
+    assert (await first_frame(communicator_for(run.pk, viewer)))["type"] == "snapshot"
+    await run.arefresh_from_db()
+    assert run.watched
+
+
 async def test_an_unknown_run_is_refused_like_someone_elses(sim_pool, outsider):
     # The same close code for both, so nobody learns which run ids exist.
     others = await new_run(sim_pool)
