@@ -233,10 +233,11 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fence = models.PositiveIntegerField(default=0)
     interruptions = models.PositiveIntegerField(default=0)
-    # Whether anything has subscribed to the run's live events (``run_watch``: a socket, a
-    # streamed completion), set before it reads what is stored. Until then an execution stores
-    # the run's events without sending them to the channel layer, where nobody would hear them
-    # (most runs, created over the API or by experiments, are never watched live).
+    # Whether anything has subscribed to the run's live events (``run_watch``: a socket, a /v1
+    # completion following its run), set before it reads what is stored. Until then an
+    # execution on PostgreSQL stores the run's events without sending them to the channel
+    # layer, where nobody would hear them (most runs, created over the API or by experiments,
+    # are never watched live).
     watched = models.BooleanField(default=False)
 
     class Meta:

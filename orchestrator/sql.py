@@ -419,12 +419,13 @@ def can_store_in_one_statement() -> bool:
     return vendor() == "postgresql"
 
 
-def advance_seq_storing(statement: tuple[str, Sequence[Any]]) -> int | None:
+def advance_seq_storing(statement: tuple[str, Sequence[Any]]) -> tuple[int, bool] | None:
     """Run one statement of ``storing_statement`` by itself. Outside a transaction it commits by
     itself: no BEGIN, no COMMIT, one round trip where the general way takes five to seven.
 
-    Returns the run's new last_seq; None if the step's row matched nothing and the statement was
-    built ``quiet_without_step`` (then nothing was written). Raises NotStoredInOneStatement,
+    Returns the run's new last_seq and whether the run is watched (``Run.watched``); None if the
+    step's row matched nothing and the statement was built ``quiet_without_step`` (then nothing
+    was written). Raises NotStoredInOneStatement,
     having written nothing, if the run's row matched nothing, or the step's row matched nothing
     without ``quiet_without_step``.
     """
@@ -433,12 +434,12 @@ def advance_seq_storing(statement: tuple[str, Sequence[Any]]) -> int | None:
         # In a transaction (tests, a caller's atomic block), a savepoint to undo to.
         savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
         with savepoint:
-            (last_seq, _) = fetch_bound(sql, params)[0]
+            (last_seq, _, watched) = fetch_bound(sql, params)[0]
     except DataError as error:
         if getattr(error.__cause__, "sqlstate", None) == _DIVISION_BY_ZERO:
             raise NotStoredInOneStatement from error
         raise
-    return last_seq
+    return None if last_seq is None else (last_seq, watched)
 
 
 def advance_seq_storing_together(
@@ -446,11 +447,10 @@ def advance_seq_storing_together(
 ) -> list[tuple]:
     """Several statements of ``storing_statement`` (none quiet), or one of
     ``storing_held_statement``, in one round trip and one transaction (``fetch_together``).
-    Returns each one's row: the run's new last_seq first (then, for ``storing_held_statement``,
-    whether the run is watched). Nothing is kept unless all are: raises NotStoredInOneStatement
-    if any of them found the rows not as its caller expected; any other error (the database's,
-    or one raised here while the statements were being sent) rolls the transaction back and
-    propagates."""
+    Returns each one's row: the run's new last_seq, a 1, and whether the run is watched.
+    Nothing is kept unless all are: raises NotStoredInOneStatement if any of them found the
+    rows not as its caller expected; any other error (the database's, or one raised here while
+    the statements were being sent) rolls the transaction back and propagates."""
     try:
         return [rows[0] for rows in fetch_together(statements, durable=durable)]
     except DataError as error:
@@ -551,7 +551,8 @@ def storing_statement(
 
     ``events`` are the stored events without their ``seq``. The step's row is updated before
     the run's, the order every writer locks them in (``services/ending.py``). The statement
-    returns the run's new last_seq, and divides by zero (undoing itself) when the rows are not
+    returns the run's new last_seq and whether the run is watched (``Run.watched``, as its
+    UPDATE found the row), and divides by zero (undoing itself) when the rows are not
     as the caller expected: the run's row matched nothing, or the step's row matched nothing
     without ``quiet_without_step``.
     """
@@ -565,7 +566,9 @@ def storing_statement(
     where = " AND ".join(
         ("id = %s", *conditions, *(["EXISTS (SELECT 1 FROM step_row)"] if step_sql else []))
     )
-    parts.append(f"run_row AS (UPDATE {RUN_TABLE} SET {sets} WHERE {where} RETURNING last_seq)")
+    parts.append(
+        f"run_row AS (UPDATE {RUN_TABLE} SET {sets} WHERE {where} RETURNING last_seq, watched)"
+    )
     params += [count, *assignment_params, run_id, *condition_params]
     for position, (insert_sql, insert_params) in enumerate(inserts):
         parts.append(f"inserted_{position} AS ({insert_sql})")
@@ -592,7 +595,7 @@ def storing_statement(
         expected += " OR stepped.n = 0"
     sql = (
         f"WITH {', '.join(parts)} SELECT run_row.last_seq, "
-        f"1 / (CASE WHEN {expected} THEN 1 ELSE 0 END) "
+        f"1 / (CASE WHEN {expected} THEN 1 ELSE 0 END), run_row.watched "
         f"FROM (SELECT {step_count} AS n) AS stepped LEFT JOIN run_row ON true"
     )
     return sql, params
@@ -616,10 +619,11 @@ def storing_held_statement(
     (whose ids were allocated), one UPDATE of the run's row with ``assignments`` where
     ``conditions`` hold and every step row was written, and one INSERT of ``events``, numbered
     by the caller (``events.numbered``). Sent like ``storing_statement``'s, it returns the run's
-    last_seq and whether the run is watched (``Run.watched``, as the UPDATE found the row: a
-    subscriber that marked it earlier is seen), and divides by zero (undoing itself) when the
-    run's row or a step's row matched nothing. The step rows are written first, in the order given, then the run's: the caller
-    gives them by round and index, the order every writer locks them in."""
+    last_seq, a 1 and whether the run is watched (``Run.watched``, as the UPDATE found the row:
+    a subscriber's mark committed before is seen), and divides by zero (undoing itself) when
+    the run's row or a step's row matched nothing. The step rows are written first, in the
+    order given, then the run's: the caller gives them by round and index, the order every
+    writer locks them in."""
     parts: list[str] = []
     params: list[Any] = []
     for position, (step_sql, step_params) in enumerate(steps):

@@ -187,7 +187,7 @@ class RunRecorder:
         self.deliver_unwatched = deliver_unwatched or deliver
         # While callbacks are stored together (PostgreSQL, ``record``): their statements, sent
         # at once; and how to undo what they changed here if the database refuses one.
-        self._deferred: list[tuple[str, list[Any], Callable[[int], None]]] | None = None
+        self._deferred: list[tuple[str, list[Any], Callable[[int, bool], None]]] | None = None
         self._undo: list[Callable[[], None]] = []
         # While callbacks are stored in one transaction (SQLite, ``record``): all or none; and,
         # from its first write to the run's row, what the callbacks do to it and its events.
@@ -458,7 +458,7 @@ class RunRecorder:
             "inserts": [insert_statement(rows) for rows in new_rows if rows],
         }
 
-        def stored(last_seq: int) -> None:
+        def stored(last_seq: int, watched: bool) -> None:
             self.last_seq = last_seq
             first = last_seq - len(items) + 1
             events.deliver_on_commit(
@@ -466,7 +466,7 @@ class RunRecorder:
                     {"type": type, "run": self.run_id, "seq": first + offset, **data}
                     for offset, (type, data) in enumerate(items)
                 ],
-                self.deliver,
+                self.deliver if watched else self.deliver_unwatched,
             )
 
         if self._deferred is not None:
@@ -474,19 +474,20 @@ class RunRecorder:
             # has its result refuses them all here, as would anything else unexpected.
             sql, params = storing_statement(self.run_id, **statement)
             self._deferred.append((sql, params, stored))
-            last_seq = DEFERRED
+            last_seq, watched = DEFERRED, True
         else:
-            last_seq = advance_seq_storing(
+            returned = advance_seq_storing(
                 storing_statement(self.run_id, **statement, quiet_without_step=quiet_without_step)
             )
-            if last_seq is None:
+            if returned is None:
                 return None
+            last_seq, watched = returned
         for field, amount in add.items():
             self.totals[field] += amount
         if move_to is not None:
             self.status = move_to
         if last_seq != DEFERRED:
-            stored(last_seq)
+            stored(last_seq, watched)
         return last_seq
 
     def _totals_after(self, add: dict[str, Any]) -> dict[str, Any]:
@@ -654,13 +655,10 @@ class RunRecorder:
                     for name, _ in calls[position : position + deferred_calls]
                 )
                 self._release_held(durable=durable)
-                last_seqs = (
-                    [
-                        row[0]
-                        for row in advance_seq_storing_together(
-                            [(sql, params) for sql, params, _ in statements], durable=durable
-                        )
-                    ]
+                returned = (
+                    advance_seq_storing_together(
+                        [(sql, params) for sql, params, _ in statements], durable=durable
+                    )
                     if statements
                     else []
                 )
@@ -678,8 +676,8 @@ class RunRecorder:
                 continue
             finally:
                 self._deferred, self._held, self._undo = None, None, []
-            for (_, _, stored), last_seq in zip(statements, last_seqs, strict=True):
-                stored(last_seq)
+            for (_, _, stored), (last_seq, _, watched) in zip(statements, returned, strict=True):
+                stored(last_seq, watched)
             position += deferred_calls
             if alone:  # the one that could not be one statement, the general way
                 name, args = calls[position]

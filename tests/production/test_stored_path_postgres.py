@@ -545,9 +545,9 @@ def test_an_execution_claims_and_loads_its_run_in_one_round_trip(
 def test_events_stored_while_nobody_watches_the_run_are_not_for_the_channel_layer(
     run, sim_pool, delivered
 ):
-    """A batch stored before anything subscribed to the run (``run_watch``) hands its events to
-    ``deliver_unwatched``; from the mark on, every batch's go to ``deliver``: none lost, none
-    twice, in seq order."""
+    """Callbacks stored before anything subscribed to the run (``run_watch``), together or
+    alone, hand their events to ``deliver_unwatched``; from the mark on, to ``deliver``: none
+    lost, none twice, in seq order."""
     from orchestrator.services.runs import run_watch
 
     local_only: list[dict] = []
@@ -555,20 +555,17 @@ def test_events_stored_while_nobody_watches_the_run_are_not_for_the_channel_laye
         run, _worker_ids(sim_pool), delivered, deliver_unwatched=local_only.append
     )
     records = step_records()
-    recorder.record(planned_and_started(records))
-    assert local_only and delivered == []
+    recorder.record(planned_and_started(records))  # together
+    recorder.record([("step_result", (finished(records[0], "80 - 30 = 50"),))])  # alone
+    unwatched = len(local_only)
+    assert unwatched >= 4 and delivered == []
 
     run_watch(run_id=run.pk)
-    recorder.record(
-        [
-            ("step_result", (finished(records[0], "80 - 30 = 50"),)),
-            ("step_started", (records[1],)),
-        ]
-    )
-    seen_unwatched = len(local_only)
-    recorder.record([("step_result", (finished(records[1], "ANSWER: 50"),))])
+    recorder.record([("step_started", (records[1],))])  # alone
+    alone = len(delivered)
+    recorder.record([("step_result", (finished(records[1], "ANSWER: 50"),)), ("planning", (1,))])
 
-    assert len(local_only) == seen_unwatched and delivered
+    assert len(local_only) == unwatched and 0 < alone < len(delivered)
     assert [(e["seq"], e["type"]) for e in local_only + delivered] == stored_events(run)
     run.refresh_from_db()
     assert run.watched

@@ -155,18 +155,35 @@ async def test_anonymous_users_and_outsiders_are_refused(sim_pool, outsider, who
     assert await close_code(communicator_for(run.pk, user)) == 4403
 
 
-async def test_a_socket_marks_its_run_watched_and_an_outsiders_does_not(sim_pool, viewer, outsider):
+@pytest.mark.parametrize("query", ["", "after=0"])
+async def test_a_socket_marks_its_run_watched_before_it_reads_and_an_outsiders_does_not(
+    sim_pool, viewer, outsider, monkeypatch, query
+):
     """Until a run is marked watched its execution need not send its events to the channel
-    layer (PostgreSQL): the socket marks it before it reads what it sends first; a refused
-    one leaves it as it was."""
+    layer (PostgreSQL): the socket marks it before it reads what it sends first (the snapshot,
+    or the events after ``after``), so what it does not read is sent to it; a refused socket
+    leaves the run as it was."""
+    from webui import snapshots
+
     run = await new_run(sim_pool)
     assert await close_code(communicator_for(run.pk, outsider)) == 4403
     await run.arefresh_from_db()
     assert not run.watched
 
-    assert (await first_frame(communicator_for(run.pk, viewer)))["type"] == "snapshot"
-    await run.arefresh_from_db()
-    assert run.watched
+    marked_when_read: list[bool] = []
+
+    def reading(read):
+        def read_and_note(**arguments):
+            marked_when_read.append(Run.objects.get(pk=run.pk).watched)
+            return read(**arguments)
+
+        return read_and_note
+
+    monkeypatch.setattr(snapshots, "snapshot_text", reading(snapshots.snapshot_text))
+    monkeypatch.setattr(selectors, "run_events_after", reading(selectors.run_events_after))
+    first = await first_frame(communicator_for(run.pk, viewer, query))
+    assert first["type"] == ("snapshot" if not query else "run.status")
+    assert marked_when_read == [True]
 
 
 async def test_an_unknown_run_is_refused_like_someone_elses(sim_pool, outsider):

@@ -91,17 +91,18 @@ async def test_a_session_cookie_opens_the_socket_and_an_unknown_one_does_not(sim
 
 
 async def test_access_ended_while_the_socket_opens_closes_it(sim_pool, viewer, monkeypatch):
-    """Membership removed after the socket's access was read and before it is watched: the
-    announcement falls in between, and the socket is checked again and refused."""
+    """Membership removed after the socket's access and what it sends first were read, and
+    before it is watched: the announcement falls in between, and the socket is checked again
+    and refused."""
     run = await new_run(sim_pool)
-    opening = socket_access.opening
+    snapshot_text = snapshots.snapshot_text
 
-    def opening_then_removed(presented, run_id):
-        result = opening(presented, run_id)
+    def read_then_removed(**arguments):
+        text = snapshot_text(**arguments)
         Membership.objects.filter(user=viewer).delete()
-        return result
+        return text
 
-    monkeypatch.setattr(socket_access, "opening", opening_then_removed)
+    monkeypatch.setattr(snapshots, "snapshot_text", read_then_removed)
     assert await close_code(communicator_for(run.pk, viewer)) == 4403
 
 
