@@ -425,9 +425,8 @@ def advance_seq_storing(statement: tuple[str, Sequence[Any]]) -> tuple[int, bool
 
     Returns the run's new last_seq and whether the run is watched (``Run.watched``); None if the
     step's row matched nothing and the statement was built ``quiet_without_step`` (then nothing
-    was written). Raises NotStoredInOneStatement,
-    having written nothing, if the run's row matched nothing, or the step's row matched nothing
-    without ``quiet_without_step``.
+    was written). Raises NotStoredInOneStatement, having written nothing, if the run's row
+    matched nothing, or the step's row matched nothing without ``quiet_without_step``.
     """
     sql, params = statement
     try:

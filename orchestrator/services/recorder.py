@@ -139,10 +139,10 @@ class RunRecorder:
     whose plan is stored, ``totals`` the run's stored totals, ``status`` its stored status and
     ``last_seq`` its last event's seq: the recorder keeps all five current. Every method
     publishes its events with ``deliver``, which receives them after the commit; those of
-    callbacks stored together while nobody watched the run (``Run.watched``, PostgreSQL) go to
-    ``deliver_unwatched`` instead, if given: they need not reach the channel layer. With ``fence``
-    (the execution's fencing token), a callback is stored only while the run's fence is still
-    that one; else it raises RunTakenOver. ``ids_ahead`` are plan and step ids taken for it
+    callbacks stored in one statement while nobody watched the run (``Run.watched``, PostgreSQL)
+    go to ``deliver_unwatched`` instead, if given: they need not reach the channel layer. With
+    ``fence`` (the execution's fencing token), a callback is stored only while the run's fence
+    is still that one; else it raises RunTakenOver. ``ids_ahead`` are plan and step ids taken for it
     (PostgreSQL), used before any other.
 
     Each callback is one transaction of two to four short statements, in plain SQL where the ORM
@@ -254,8 +254,8 @@ class RunRecorder:
                 )
                 ((_, _, watched),) = advance_seq_storing_together([statement], durable=durable)
                 self.last_seq = held.last_seq
-                # Nobody has subscribed to the run's group: its events go to this process's
-                # local listeners only (``deliver_unwatched``).
+                # Unless a subscriber has marked the run watched, its events go to this
+                # process's local listeners only (``deliver_unwatched``).
                 events.deliver_on_commit(
                     held.events, self.deliver if watched else self.deliver_unwatched
                 )

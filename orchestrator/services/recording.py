@@ -30,7 +30,7 @@ callbacks does not wait for the channel layer to take the previous ones' events 
 failed is raised at the next callback); the run's last callback waits until all are sent.
 
 Events stored while nobody has subscribed to the run's channel group (``Run.watched``, which
-a subscriber sets before it reads what is stored; PostgreSQL's storing statement reads it) go
+a subscriber sets before it reads what is stored; PostgreSQL's storing statements read it) go
 to this process's local listeners only: most runs are never watched live, and the channel
 layer's check for members cost each batch a Redis round trip.
 
