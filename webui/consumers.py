@@ -73,14 +73,16 @@ def _open(
     if run is None or not first:
         return opened
     # Marked watched, then read: an event this socket does not read here is sent to the group
-    # (until a run is marked, its events are stored without being sent there).
+    # (until a run is marked, its events are stored without being sent there). The snapshot
+    # starts from the run's seq read again after the mark; the events after ``after`` are read
+    # after it anyway.
     run_watch(run_id=run_id)
-    run = selectors.viewable_run_seq(user_id=watched.user_id, run_id=run_id) if watched else None
-    if run is None:  # deleted, or access lost, since the check
-        opened.allowed = False
-        return opened
     try:
         if after is None:
+            run = selectors.viewable_run_seq(user_id=watched.user_id, run_id=run_id)
+            if run is None:  # deleted, or access lost, since the check
+                opened.allowed = False
+                return opened
             seq, created_at = run
             opened.snapshot = snapshots.snapshot_text(run_id=run_id, created_at=created_at, seq=seq)
         else:
