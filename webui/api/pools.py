@@ -21,6 +21,7 @@ from orchestrator.services.connections import conductor_connection_test, worker_
 from orchestrator.services.pools import (
     MAX_COST_BUDGET,
     MAX_DESCRIPTION_CHARS,
+    MAX_OUTPUT_TOKENS,
     MAX_PARAMS_BYTES,
     MAX_POOL_ROUNDS,
     MAX_PRICE,
@@ -150,6 +151,22 @@ class PoolCreateInputSerializer(InputSerializer):
     cost_budget = NumberField(
         min_value=0, max_value=MAX_COST_BUDGET, allow_null=True, required=False
     )
+    conductor_max_tokens = WholeNumberField(
+        min_value=1,
+        max_value=MAX_OUTPUT_TOKENS,
+        allow_null=True,
+        required=False,
+        help_text="Output tokens a conductor call may write unless conductor_params bound it "
+        "(max_tokens); null: no bound but the server's. Default 1024.",
+    )
+    worker_max_tokens = WholeNumberField(
+        min_value=1,
+        max_value=MAX_OUTPUT_TOKENS,
+        allow_null=True,
+        required=False,
+        help_text="Output tokens a worker call may write unless the worker's max_tokens or its "
+        "params bound it; null: no bound but the server's. Default 1024.",
+    )
 
 
 class PoolInputSerializer(PoolCreateInputSerializer):
@@ -171,6 +188,14 @@ class WorkerInputSerializer(InputSerializer):
     price_out = NumberField(min_value=0, max_value=MAX_PRICE, required=False)
     description = TextField(max_length=MAX_DESCRIPTION_CHARS, help_text="Shown to the conductor.")
     enabled = StrictBooleanField(required=False)
+    max_tokens = WholeNumberField(
+        min_value=1,
+        max_value=MAX_OUTPUT_TOKENS,
+        allow_null=True,
+        required=False,
+        help_text="Output tokens one call may write unless params bound it; null: the pool's "
+        "worker_max_tokens.",
+    )
 
 
 class WorkerDetailOutputSerializer(serializers.Serializer):
@@ -187,6 +212,7 @@ class WorkerDetailOutputSerializer(serializers.Serializer):
     price_out = serializers.FloatField()
     description = serializers.CharField()
     enabled = serializers.BooleanField()
+    max_tokens = serializers.IntegerField(allow_null=True)
     key_missing = serializers.SerializerMethodField()
 
     @extend_schema_field(OpenApiTypes.BOOL)
@@ -217,6 +243,8 @@ class PoolDetailOutputSerializer(serializers.Serializer):
     step_timeout = serializers.FloatField()
     token_budget = serializers.IntegerField(allow_null=True)
     cost_budget = serializers.FloatField(allow_null=True)
+    conductor_max_tokens = serializers.IntegerField(allow_null=True)
+    worker_max_tokens = serializers.IntegerField(allow_null=True)
     can_edit = serializers.SerializerMethodField()
     workers = serializers.SerializerMethodField()
 
