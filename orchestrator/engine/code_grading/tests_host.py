@@ -193,6 +193,10 @@ def _answer_module(manifest: dict[str, Any]) -> types.ModuleType:
             setattr(module, name, Remote(data))
         elif kind == "value":
             setattr(module, name, decode(data, Remote))
+    # ``from solution import *`` takes neither dunders nor names that would hide Python's own.
+    module.__all__ = [  # type: ignore[attr-defined]
+        name for name in vars(module) if not name.startswith("_") and not hasattr(builtins, name)
+    ]
     return module
 
 
@@ -206,7 +210,15 @@ def _failure(error: BaseException) -> str:
 
 def _run(reference: str, answer: types.ModuleType) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": builtins}
-    namespace.update({k: v for k, v in vars(answer).items() if not k.startswith("__")})
+    # The answer's names, as when the tests ran beside it, but never one of Python's own: the
+    # tests' len, sorted or isinstance stay Python's (``from solution import len`` can still ask).
+    namespace.update(
+        {
+            k: v
+            for k, v in vars(answer).items()
+            if not k.startswith("__") and not hasattr(builtins, k)
+        }
+    )
     if looks_like_doctest(reference):
         import doctest  # imported only where used: each import costs the grading milliseconds
 
@@ -252,9 +264,10 @@ def _run(reference: str, answer: types.ModuleType) -> dict[str, Any]:
     if problems:
         case, text = problems[0]
         failure = f"{case.id().removeprefix('tests.')}: {text.strip().splitlines()[-1]}"[:2000]
+    ran = result.testsRun - len(result.skipped)  # a skipped test checked nothing
     return {
-        "passed": not problems and checks + result.testsRun > 0,
-        "checks": checks + result.testsRun,
+        "passed": not problems and checks + ran > 0,
+        "checks": checks + ran,
         "failure": failure,
     }
 

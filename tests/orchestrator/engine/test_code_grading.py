@@ -170,6 +170,10 @@ CHEATS = {
     "deep-value": "def add(a, b):\n    value = []\n    for _ in range(10**5):\n"
     "        value = [value]\n    return value\n",
     "never-returns": "def add(a, b):\n    while True:\n        pass\n",
+    "shadow-builtins": "def add(a, b):\n    return 0\n"
+    "def isinstance(*args):\n    return True\n"
+    "def sorted(*args):\n    return [0, 5, 42]\n"
+    "def len(*args):\n    return 3\n",
 }
 
 
@@ -180,6 +184,29 @@ def test_a_cheat_never_passes(cheat, reference):
     assert grade_code(RIGHT, reference, limits=limits).passed
     verdict = grade_code(CHEATS[cheat], reference, limits=limits)
     assert not verdict.passed, verdict
+
+
+def test_the_tests_builtins_stay_pythons_own():
+    """A reference that checks through builtins is not fooled by an answer that defines them."""
+    reference = (
+        "from solution import *\n"
+        "assert isinstance(add(1, 2), int)\n"
+        "assert sorted([add(2, 3), add(40, 2), add(0, 0)]) == [0, 5, 42]\n"
+        "assert len(str(add(40, 2))) == 2\n"
+    )
+    without_import = reference.replace("from solution import *\n", "")
+    for tests in (reference, without_import):
+        assert grade_code(RIGHT, tests).passed
+        assert not grade_code(CHEATS["shadow-builtins"], tests).passed
+
+
+def test_skipped_tests_check_nothing():
+    reference = (
+        "import unittest\n\n\nclass T(unittest.TestCase):\n"
+        "    @unittest.skip('later')\n    def test_it(self):\n        self.assertEqual(add(1, 2), 3)\n"
+    )
+    verdict = grade_code("def add(a, b):\n    return 0\n", reference)
+    assert not verdict.passed and verdict.checks == 0
 
 
 def test_the_expected_values_never_reach_the_answers_process():

@@ -470,3 +470,37 @@ def test_two_sandboxes_share_no_limit():
     assert polite_outcome.stdout == "FINE 8 100\n"
     uids = {outcome.uid for outcome in results.values()}  # type: ignore[attr-defined]
     assert len(uids) == 3, "each sandbox had a uid of its own"
+
+
+def test_no_new_user_namespace_and_no_way_back_to_root():
+    """The two ways out of the sandbox's own namespaces: a user namespace of its own (where it
+    would be root again) and a setuid program or call. Both are refused, and it holds no
+    capability."""
+    script = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "CLONE_NEWUSER = 0x10000000\n"
+        "result = libc.unshare(CLONE_NEWUSER)\n"
+        "print('UNSHARE', result, os.strerror(ctypes.get_errno()) if result else 'done')\n"
+        "for call, arg in ((os.setuid, 0), (os.setgid, 0), (os.seteuid, 0)):\n"
+        "    try:\n"
+        "        call(arg)\n"
+        "        print('BECAME', call.__name__)\n"
+        "    except OSError:  # EPERM, or EINVAL: root is not even mapped here\n"
+        "        print('REFUSED', call.__name__)\n"
+        "status = dict(line.split(':\\t', 1) for line in open('/proc/self/status').read().splitlines()\n"
+        "              if ':\\t' in line)\n"
+        "print('CAPS', status['CapEff'].strip(), status['CapPrm'].strip())\n"
+        "print('NONEWPRIVS', status['NoNewPrivs'].strip())\n"
+        "mounts = [line.split()[4:6] for line in open('/proc/self/mountinfo')]\n"
+        "print('SUID MOUNTS', [point for point, options in mounts if 'nosuid' not in options])\n"
+    )
+    outcome = run_python(script=script, limits=Limits(wall_seconds=15))
+    assert outcome.ok, outcome
+    assert "UNSHARE -1" in outcome.stdout
+    assert "BECAME" not in outcome.stdout and outcome.stdout.count("REFUSED") == 3
+    assert "CAPS 0000000000000000 0000000000000000" in outcome.stdout
+    assert "NONEWPRIVS 1" in outcome.stdout
+    # A setuid file (a system helper among the shared libraries) gains nothing: no mount honours
+    # the bit.
+    assert "SUID MOUNTS []" in outcome.stdout
