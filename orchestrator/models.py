@@ -13,6 +13,7 @@ from django.utils.text import slugify
 
 from orchestrator.engine.types import (
     DEFAULT_COST_BUDGET,
+    DEFAULT_MAX_TOKENS,
     DEFAULT_TOKEN_BUDGET,
     MAX_ROUNDS,
     MAX_STEPS_PER_ROUND,
@@ -119,6 +120,22 @@ class Pool(models.Model):
         validators=[MinValueValidator(0.0)],
         help_text="Dollars one run may cost; empty: no limit.",
     )
+    conductor_max_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=DEFAULT_MAX_TOKENS,
+        validators=[MinValueValidator(1)],
+        help_text="Output tokens a conductor call may write unless its parameters say "
+        "(max_tokens); empty: no bound but the server's.",
+    )
+    worker_max_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        default=DEFAULT_MAX_TOKENS,
+        validators=[MinValueValidator(1)],
+        help_text="Output tokens a worker call may write unless the worker or its parameters "
+        "say; empty: no bound but the server's.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -157,6 +174,13 @@ class Worker(models.Model):
     price_out = models.FloatField(default=0.0, help_text="Price per million output tokens.")
     description = models.TextField(help_text="Capabilities, as shown to the conductor.")
     enabled = models.BooleanField(default=True)
+    max_tokens = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Output tokens one call may write unless its parameters say; empty: the "
+        "pool's worker default.",
+    )
 
     class Meta:
         ordering = ["pool", "position", "id"]

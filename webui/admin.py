@@ -128,7 +128,18 @@ class PoolAdmin(admin.ModelAdmin):
                 ]
             },
         ),
-        ("Limits", {"fields": ["step_timeout", "token_budget", "cost_budget"]}),
+        (
+            "Limits",
+            {
+                "fields": [
+                    "step_timeout",
+                    "token_budget",
+                    "cost_budget",
+                    "conductor_max_tokens",
+                    "worker_max_tokens",
+                ]
+            },
+        ),
     )
     readonly_fields = ("conductor_key",)
 

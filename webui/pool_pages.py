@@ -18,6 +18,7 @@ from orchestrator.models import Membership, Pool, Project
 from orchestrator.services.pools import (
     MAX_COST_BUDGET,
     MAX_DESCRIPTION_CHARS,
+    MAX_OUTPUT_TOKENS,
     MAX_POOL_ROUNDS,
     MAX_PRICE,
     MAX_STEP_TIMEOUT,
@@ -88,6 +89,18 @@ class PoolForm(forms.Form):
         required=False, min_value=0, max_value=MAX_COST_BUDGET, initial=2.0, label="Cost budget ($)",
         help_text="Empty: no limit.",
     )  # fmt: skip
+    conductor_max_tokens = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_OUTPUT_TOKENS, initial=Pool._meta.get_field("worker_max_tokens").default,
+        label="Conductor max tokens",
+        help_text="Output tokens per conductor call unless its parameters set max_tokens. "
+        "Empty: no bound.",
+    )  # fmt: skip
+    worker_max_tokens = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_OUTPUT_TOKENS, initial=Pool._meta.get_field("worker_max_tokens").default,
+        label="Worker max tokens",
+        help_text="Output tokens per worker call unless the worker or its parameters say. "
+        "Empty: no bound.",
+    )  # fmt: skip
 
 
 class WorkerForm(forms.Form):
@@ -103,6 +116,7 @@ class WorkerForm(forms.Form):
         max_length=MAX_DESCRIPTION_CHARS, widget=forms.Textarea(attrs={"rows": 1})
     )
     enabled = forms.BooleanField(required=False, initial=True)
+    max_tokens = forms.IntegerField(required=False, min_value=1, max_value=MAX_OUTPUT_TOKENS)
 
 
 WorkerFormSet = forms.formset_factory(

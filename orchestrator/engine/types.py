@@ -136,6 +136,9 @@ DEFAULT_TOKEN_BUDGET: Final = 200_000
 """Tokens (in + out, the conductor's included) a run of a pool may use unless its admin says."""
 DEFAULT_COST_BUDGET: Final = 2.0
 """Dollars a run of a pool may cost unless its admin says otherwise."""
+DEFAULT_MAX_TOKENS: Final = 1_024
+"""Output tokens one conductor or worker call may write unless its pool, worker or parameters
+say otherwise: a model that rambles ends in seconds, not when its context is full."""
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ on its first call.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from orchestrator.engine.types import ModelClient, WorkerInfo
 
@@ -71,16 +71,37 @@ class WorkerDefinition(Protocol):
     def api_key_env(self) -> str: ...
 
 
+OUTPUT_BOUND_PARAMS: Final = frozenset(
+    {"max_tokens", "max_completion_tokens", "max_output_tokens", "num_predict"}
+)
+"""Call parameters that bound a call's output: one given explicitly wins over a default."""
+
+
+def bounded_params(params: Mapping[str, Any], max_tokens: int | None) -> dict[str, Any]:
+    """``params`` with ``max_tokens`` added unless they already bound the output themselves
+    (explicit parameters win) or ``max_tokens`` is None (no default bound)."""
+    bounded = dict(params)
+    if max_tokens is not None and not OUTPUT_BOUND_PARAMS & bounded.keys():
+        bounded["max_tokens"] = max_tokens
+    return bounded
+
+
 def worker_info(
-    worker: WorkerDefinition, *, extra_params: Mapping[str, Any] | None = None
+    worker: WorkerDefinition,
+    *,
+    extra_params: Mapping[str, Any] | None = None,
+    max_tokens: int | None = None,
 ) -> WorkerInfo:
     """The engine's view of ``worker``: its name, model, description and a client for it, called
-    with the worker's parameters overridden by ``extra_params``."""
+    with the worker's parameters overridden by ``extra_params``, and ``max_tokens`` when
+    neither bounds the output."""
     client = make_client(
         worker.model,
         api_base=worker.api_base,
         api_key_env=worker.api_key_env,
-        params={**dict(worker.params or {}), **dict(extra_params or {})},
+        params=bounded_params(
+            {**dict(worker.params or {}), **dict(extra_params or {})}, max_tokens
+        ),
         price_in=worker.price_in,
         price_out=worker.price_out,
     )

@@ -94,6 +94,8 @@ POOL_EDITABLE = (
     "step_timeout",
     "token_budget",
     "cost_budget",
+    "conductor_max_tokens",
+    "worker_max_tokens",
 )
 WORKER_EDITABLE = (
     "name",
@@ -105,6 +107,7 @@ WORKER_EDITABLE = (
     "price_out",
     "description",
     "enabled",
+    "max_tokens",
 )
 MAX_WORKERS_PER_POOL = 50
 MAX_DESCRIPTION_CHARS = 2_000
@@ -115,6 +118,7 @@ MAX_PRICE = 10_000.0
 MAX_STEP_TIMEOUT = 3_600.0
 MAX_TOKEN_BUDGET = 100_000_000
 MAX_COST_BUDGET = 100_000.0
+MAX_OUTPUT_TOKENS = 1_000_000
 # Call parameters that would put a secret in the database: a key goes in an environment
 # variable, named by api_key_env.
 SECRET_PARAM_NAMES = frozenset(
@@ -181,6 +185,8 @@ def _check(instance: Pool | Worker) -> None:
         _bound(errors, "step_timeout", instance.step_timeout, MAX_STEP_TIMEOUT)
         _bound(errors, "token_budget", instance.token_budget, MAX_TOKEN_BUDGET)
         _bound(errors, "cost_budget", instance.cost_budget, MAX_COST_BUDGET)
+        for field in ("conductor_max_tokens", "worker_max_tokens"):
+            _bound(errors, field, getattr(instance, field), MAX_OUTPUT_TOKENS)
         duplicate = Pool.objects.filter(project_id=instance.project_id, name=instance.name)
     else:
         params, base = ("params", instance.params), ("api_base", instance.api_base)
@@ -189,6 +195,7 @@ def _check(instance: Pool | Worker) -> None:
             if value is not None and value < 0:
                 errors.setdefault(field, []).append("A price cannot be negative.")
             _bound(errors, field, value, MAX_PRICE)
+        _bound(errors, "max_tokens", instance.max_tokens, MAX_OUTPUT_TOKENS)
         duplicate = Worker.objects.filter(pool_id=instance.pool_id, name=instance.name)
     if len(instance.description) > MAX_DESCRIPTION_CHARS:
         errors.setdefault("description", []).append(

@@ -20,6 +20,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from orchestrator import events, wire
+from orchestrator.engine.code_grading import reference_problem as code_reference_problem
 from orchestrator.engine.grading import GRADER_KINDS, parse_number
 from orchestrator.engine.replay import ReplayState
 from orchestrator.engine.scheduler import execute_run
@@ -129,6 +130,8 @@ def run_create(
         problem = code_grading_problem()
         if problem:
             errors["grader"] = [problem]
+        elif unusable := code_reference_problem(reference):
+            errors["reference"] = [unusable]
     if errors:
         raise ValidationError(errors)
     if not reference:
@@ -345,7 +348,9 @@ async def run_execute_async(
     # Calls this run makes to a pool of a Conductor Studio server nest one level deeper.
     nested_depth.set(run.depth + 1)
     try:
-        workers = [_worker_info(worker, run.worker_params) for worker in execution.workers]
+        workers = [
+            _worker_info(worker, execution.pool, run.worker_params) for worker in execution.workers
+        ]
         conductor = _conductor_client(execution.pool) if run.strategy == "conductor" else None
         strategy = build_strategy(
             run.strategy, conductor=conductor, options=dict(run.strategy_options or {})
@@ -632,22 +637,29 @@ def run_settings_for(pool: Pool) -> RunSettings:
     )
 
 
-def _worker_info(worker: Worker, run_params: Mapping[str, Any] | None = None) -> WorkerInfo:
+def _worker_info(
+    worker: Worker, pool: Pool, run_params: Mapping[str, Any] | None = None
+) -> WorkerInfo:
     """The engine's view of a worker; ``run_params`` (the run's own call parameters, such as a
-    temperature asked for over /v1) override the worker's."""
+    temperature asked for over /v1) override the worker's. A call's output is bounded by the
+    worker's ``max_tokens``, else the pool's ``worker_max_tokens``, unless its parameters
+    bound it themselves."""
     from orchestrator.providers import worker_info
 
-    return worker_info(worker, extra_params=run_params)
+    max_tokens = worker.max_tokens if worker.max_tokens is not None else pool.worker_max_tokens
+    return worker_info(worker, extra_params=run_params, max_tokens=max_tokens)
 
 
 def _conductor_client(pool: Pool):
-    from orchestrator.providers import make_client
+    """The conductor's client: its calls bounded by ``conductor_max_tokens`` unless its
+    parameters bound them themselves."""
+    from orchestrator.providers import bounded_params, make_client
 
     return make_client(
         pool.conductor_model,
         api_base=pool.conductor_api_base,
         api_key_env=pool.conductor_api_key_env,
-        params=dict(pool.conductor_params or {}),
+        params=bounded_params(pool.conductor_params or {}, pool.conductor_max_tokens),
     )
 
 

@@ -21,11 +21,13 @@ def form_data(pool: Pool, rows: list[dict], **changes) -> dict:
     data = {
         "name": pool.name, "description": pool.description,
         "conductor_model": pool.conductor_model, "conductor_api_base": "",
-        "conductor_api_key_env": "", "conductor_params": "{}",
+        "conductor_api_key_env": "", "conductor_params": json.dumps(pool.conductor_params),
         "conductor_prompt_style": pool.conductor_prompt_style, "max_steps": pool.max_steps,
         "max_rounds": pool.max_rounds, "access_mode": pool.access_mode,
         "show_worker_names": "on", "step_timeout": pool.step_timeout,
         "token_budget": pool.token_budget or "", "cost_budget": pool.cost_budget or "",
+        "conductor_max_tokens": pool.conductor_max_tokens or "",
+        "worker_max_tokens": pool.worker_max_tokens or "",
         "workers-TOTAL_FORMS": len(rows), "workers-INITIAL_FORMS": 0,
         "workers-MIN_NUM_FORMS": 0, "workers-MAX_NUM_FORMS": 1000,
     }  # fmt: skip
@@ -43,6 +45,7 @@ def row_of(worker: Worker, order: int, **changes) -> dict:
         "params": json.dumps(worker.params),
         "price_in": worker.price_in, "price_out": worker.price_out,
         "description": worker.description, "enabled": "on",
+        "max_tokens": worker.max_tokens or "",
     }  # fmt: skip
     row.update(changes)
     return {k: v for k, v in row.items() if v is not None}
@@ -70,6 +73,33 @@ def test_an_admin_edits_a_pool_and_its_workers_in_one_form(client, project, proj
     assert "not set on this server: LOCAL_KEY" in page and "Test connection" in page
     actions = set(AuditEntry.objects.values_list("action", flat=True))
     assert {"pool.update", "worker.create", "worker.disable", "pool.reorder"} <= actions
+
+
+def test_an_admin_bounds_calls_on_the_pool_page(client, project, project_admin):
+    pool = make_pool(project=project, workers=1)
+    worker = pool.workers.get()
+    client.force_login(project_admin)
+    page = client.get(reverse("pool-detail", args=[pool.pk])).content.decode()
+    assert 'name="conductor_max_tokens" value="1024"' in page
+    assert 'name="worker_max_tokens" value="1024"' in page
+    rows = [row_of(worker, 1, max_tokens=40)]
+    response = client.post(
+        reverse("pool-detail", args=[pool.pk]),
+        form_data(pool, rows, conductor_max_tokens=300, worker_max_tokens=""),
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    pool.refresh_from_db()
+    worker.refresh_from_db()
+    assert (pool.conductor_max_tokens, pool.worker_max_tokens, worker.max_tokens) == (300, None, 40)
+    changes = {e.action: e.after for e in AuditEntry.objects.all()}
+    assert changes["pool.update"] == {"conductor_max_tokens": 300, "worker_max_tokens": None}
+    assert changes["worker.update"] == {"max_tokens": 40}
+    bad = client.post(
+        reverse("pool-detail", args=[pool.pk]), form_data(pool, rows, conductor_max_tokens=0)
+    )
+    assert (
+        bad.status_code == 400 and 'data-error-for="conductor_max_tokens"' in bad.content.decode()
+    )
 
 
 def test_a_bad_row_is_shown_next_to_its_field_and_nothing_is_saved(client, project, project_admin):

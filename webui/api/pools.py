@@ -8,22 +8,20 @@ change it (403); anyone else gets a 404.
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
-from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orchestrator import selectors
-from orchestrator.models import Membership, Pool, Worker
+from orchestrator.models import Membership, Pool
 from orchestrator.services.connections import conductor_connection_test, worker_connection_test
 from orchestrator.services.pools import (
     MAX_COST_BUDGET,
     MAX_DESCRIPTION_CHARS,
+    MAX_OUTPUT_TOKENS,
     MAX_PARAMS_BYTES,
     MAX_POOL_ROUNDS,
     MAX_PRICE,
@@ -39,7 +37,8 @@ from orchestrator.services.pools import (
     worker_update,
     workers_reorder,
 )
-from webui.api.runs import validation_error_from_django
+from webui.api.inputs import InputSerializer, ProjectField, refuse_body
+from webui.api.lookups import admin_pool_or_403, pool_or_404, project_or_400, worker_or_404
 from webui.api.serializers import NumberField, StrictBooleanField, TextField, WholeNumberField
 from webui.converters import MAX_ID
 
@@ -115,7 +114,7 @@ class PoolListApi(APIView):
         return Response(serializer.data)
 
 
-class PoolCreateInputSerializer(serializers.Serializer):
+class PoolCreateInputSerializer(InputSerializer):
     """A pool's settings: the conductor (model or sim/conductor, API base, key variable, call
     parameters), the bounds of a run, how the conductor sees the workers."""
 
@@ -152,13 +151,29 @@ class PoolCreateInputSerializer(serializers.Serializer):
     cost_budget = NumberField(
         min_value=0, max_value=MAX_COST_BUDGET, allow_null=True, required=False
     )
+    conductor_max_tokens = WholeNumberField(
+        min_value=1,
+        max_value=MAX_OUTPUT_TOKENS,
+        allow_null=True,
+        required=False,
+        help_text="Output tokens a conductor call may write unless conductor_params bound it "
+        "(max_tokens); null: no bound but the server's. Default 1024.",
+    )
+    worker_max_tokens = WholeNumberField(
+        min_value=1,
+        max_value=MAX_OUTPUT_TOKENS,
+        allow_null=True,
+        required=False,
+        help_text="Output tokens a worker call may write unless the worker's max_tokens or its "
+        "params bound it; null: no bound but the server's. Default 1024.",
+    )
 
 
 class PoolInputSerializer(PoolCreateInputSerializer):
-    project = serializers.SlugField(help_text="The slug of a project you are an admin of.")
+    project = ProjectField(help_text="A project you are an admin of, by id or slug.")
 
 
-class WorkerInputSerializer(serializers.Serializer):
+class WorkerInputSerializer(InputSerializer):
     name = TextField(max_length=100)
     model = TextField(max_length=200, help_text="litellm model string: openai/..., sim/...")
     api_base = TextField(max_length=300, allow_blank=True, required=False)
@@ -173,6 +188,14 @@ class WorkerInputSerializer(serializers.Serializer):
     price_out = NumberField(min_value=0, max_value=MAX_PRICE, required=False)
     description = TextField(max_length=MAX_DESCRIPTION_CHARS, help_text="Shown to the conductor.")
     enabled = StrictBooleanField(required=False)
+    max_tokens = WholeNumberField(
+        min_value=1,
+        max_value=MAX_OUTPUT_TOKENS,
+        allow_null=True,
+        required=False,
+        help_text="Output tokens one call may write unless params bound it; null: the pool's "
+        "worker_max_tokens.",
+    )
 
 
 class WorkerDetailOutputSerializer(serializers.Serializer):
@@ -189,6 +212,7 @@ class WorkerDetailOutputSerializer(serializers.Serializer):
     price_out = serializers.FloatField()
     description = serializers.CharField()
     enabled = serializers.BooleanField()
+    max_tokens = serializers.IntegerField(allow_null=True)
     key_missing = serializers.SerializerMethodField()
 
     @extend_schema_field(OpenApiTypes.BOOL)
@@ -219,6 +243,8 @@ class PoolDetailOutputSerializer(serializers.Serializer):
     step_timeout = serializers.FloatField()
     token_budget = serializers.IntegerField(allow_null=True)
     cost_budget = serializers.FloatField(allow_null=True)
+    conductor_max_tokens = serializers.IntegerField(allow_null=True)
+    worker_max_tokens = serializers.IntegerField(allow_null=True)
     can_edit = serializers.SerializerMethodField()
     workers = serializers.SerializerMethodField()
 
@@ -276,38 +302,8 @@ class WorkerUsageOutputSerializer(serializers.Serializer):
     latency_p95 = serializers.FloatField(allow_null=True, help_text="Seconds.")
 
 
-def pool_or_404(request: Request, pool_id: int) -> Pool:
-    pool = selectors.pool_get(user=request.user, pool_id=pool_id)
-    if pool is None:
-        raise Http404("No such pool.")
-    return pool
-
-
-def admin_pool_or_error(view: APIView, request: Request, pool_id: int) -> Pool:
-    """The pool if the user is an admin of its project: 404 if they cannot see it, 403 if they
-    only read it."""
-    pool = pool_or_404(request, pool_id)
-    if pool.role != Membership.Role.ADMIN:
-        view.permission_denied(request, message="Only the project's admins may change its pools.")
-    return pool
-
-
-def worker_or_404(pool: Pool, worker_id: int) -> Worker:
-    worker = next((w for w in pool.all_workers if w.pk == worker_id), None)
-    if worker is None:
-        raise Http404("No such worker in this pool.")
-    return worker
-
-
 def _detail(request: Request, pool_id: int, code: int = status.HTTP_200_OK) -> Response:
     return Response(PoolDetailOutputSerializer(pool_or_404(request, pool_id)).data, status=code)
-
-
-def _saving(function, **kwargs):
-    try:
-        return function(**kwargs)
-    except DjangoValidationError as error:
-        raise validation_error_from_django(error) from error
 
 
 class PoolListCreateApi(PoolListApi):
@@ -322,12 +318,10 @@ class PoolListCreateApi(PoolListApi):
         payload = PoolInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         values = dict(payload.validated_data)
-        project = selectors.project_for(user=request.user, slug=values.pop("project"))
-        if project is None:
-            raise ValidationError({"project": ["No such project of yours."]})
+        project = project_or_400(request, values.pop("project"))
         if project.role != Membership.Role.ADMIN:
             self.permission_denied(request, message="Only the project's admins may add pools.")
-        pool = _saving(pool_create, project=project, actor=request.user, values=values)
+        pool = pool_create(project=project, actor=request.user, values=values)
         return _detail(request, pool.pk, status.HTTP_201_CREATED)
 
 
@@ -344,10 +338,10 @@ class PoolDetailApi(APIView):
         responses=PoolDetailOutputSerializer,
     )
     def patch(self, request: Request, pool_id: int) -> Response:
-        pool = admin_pool_or_error(self, request, pool_id)
+        pool = admin_pool_or_403(request, pool_id)
         payload = PoolCreateInputSerializer(data=request.data, partial=True)
         payload.is_valid(raise_exception=True)
-        _saving(pool_update, pool=pool, actor=request.user, values=dict(payload.validated_data))
+        pool_update(pool=pool, actor=request.user, values=dict(payload.validated_data))
         return _detail(request, pool_id)
 
 
@@ -360,12 +354,10 @@ class WorkerCreateApi(APIView):
         responses={201: WorkerDetailOutputSerializer},
     )
     def post(self, request: Request, pool_id: int) -> Response:
-        pool = admin_pool_or_error(self, request, pool_id)
+        pool = admin_pool_or_403(request, pool_id)
         payload = WorkerInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        worker = _saving(
-            worker_create, pool=pool, actor=request.user, values=dict(payload.validated_data)
-        )
+        worker = worker_create(pool=pool, actor=request.user, values=dict(payload.validated_data))
         return Response(WorkerDetailOutputSerializer(worker).data, status=status.HTTP_201_CREATED)
 
 
@@ -382,17 +374,18 @@ class WorkerDetailApi(APIView):
         responses=WorkerDetailOutputSerializer,
     )
     def patch(self, request: Request, pool_id: int, worker_id: int) -> Response:
-        worker = worker_or_404(admin_pool_or_error(self, request, pool_id), worker_id)
+        worker = worker_or_404(admin_pool_or_403(request, pool_id), worker_id)
         payload = WorkerInputSerializer(data=request.data, partial=True)
         payload.is_valid(raise_exception=True)
-        worker = _saving(
-            worker_update, worker=worker, actor=request.user, values=dict(payload.validated_data)
+        worker = worker_update(
+            worker=worker, actor=request.user, values=dict(payload.validated_data)
         )
         return Response(WorkerDetailOutputSerializer(worker).data)
 
     @extend_schema(operation_id="workers_delete", responses={200: RemovedOutputSerializer})
     def delete(self, request: Request, pool_id: int, worker_id: int) -> Response:
-        worker = worker_or_404(admin_pool_or_error(self, request, pool_id), worker_id)
+        worker = worker_or_404(admin_pool_or_403(request, pool_id), worker_id)
+        refuse_body(request)
         return Response({"deleted": worker_remove(worker=worker, actor=request.user)})
 
 
@@ -403,7 +396,8 @@ class WorkerDisableApi(APIView):
         operation_id="workers_disable", request=None, responses=WorkerDetailOutputSerializer
     )
     def post(self, request: Request, pool_id: int, worker_id: int) -> Response:
-        worker = worker_or_404(admin_pool_or_error(self, request, pool_id), worker_id)
+        worker = worker_or_404(admin_pool_or_403(request, pool_id), worker_id)
+        refuse_body(request)
         worker = worker_disable(worker=worker, actor=request.user)
         return Response(WorkerDetailOutputSerializer(worker).data)
 
@@ -423,7 +417,7 @@ class IdListField(serializers.ListField):
 class WorkerReorderApi(APIView):
     """Put a pool's workers in a new order (the conductor sees them as Model 0, 1, ...)."""
 
-    class ReorderInputSerializer(serializers.Serializer):
+    class ReorderInputSerializer(InputSerializer):
         order = IdListField(
             child=WholeNumberField(min_value=1, max_value=MAX_ID),
             max_length=MAX_WORKERS_PER_POOL,
@@ -436,11 +430,11 @@ class WorkerReorderApi(APIView):
         responses=WorkerDetailOutputSerializer(many=True),
     )
     def post(self, request: Request, pool_id: int) -> Response:
-        pool = admin_pool_or_error(self, request, pool_id)
+        pool = admin_pool_or_403(request, pool_id)
         payload = self.ReorderInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        workers = _saving(
-            workers_reorder, pool=pool, actor=request.user, order=payload.validated_data["order"]
+        workers = workers_reorder(
+            pool=pool, actor=request.user, order=payload.validated_data["order"]
         )
         return Response(WorkerDetailOutputSerializer(workers, many=True).data)
 
@@ -453,7 +447,8 @@ class WorkerConnectionTestApi(APIView):
         operation_id="workers_test_connection", request=None, responses=ConnectionOutputSerializer
     )
     def post(self, request: Request, pool_id: int, worker_id: int) -> Response:
-        worker = worker_or_404(admin_pool_or_error(self, request, pool_id), worker_id)
+        worker = worker_or_404(admin_pool_or_403(request, pool_id), worker_id)
+        refuse_body(request)
         result = worker_connection_test(worker=worker)
         return Response(ConnectionOutputSerializer(result).data)
 
@@ -465,7 +460,8 @@ class ConductorConnectionTestApi(APIView):
         operation_id="pools_test_connection", request=None, responses=ConnectionOutputSerializer
     )
     def post(self, request: Request, pool_id: int) -> Response:
-        pool = admin_pool_or_error(self, request, pool_id)
+        pool = admin_pool_or_403(request, pool_id)
+        refuse_body(request)
         result = conductor_connection_test(pool=pool)
         return Response(ConnectionOutputSerializer(result).data)
 
