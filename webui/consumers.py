@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -210,10 +211,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         an event past a gap (``_forward``)."""
         pause = FOLLOW_STORED_SECONDS
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.missed.wait(), pause)
-            except TimeoutError:
-                pass
             missed = self.missed.is_set()
             self.missed.clear()
             try:

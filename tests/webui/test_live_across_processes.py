@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from contextlib import closing
+from contextlib import closing, suppress
 
 import pytest
 
@@ -77,28 +77,30 @@ def newest_run_id(server: LiveServer) -> int:
     return query(server, "SELECT coalesce(max(id), 0) FROM orchestrator_run")[0][0]
 
 
-async def watch(server: LiveServer, run_id: int, after: int, during=None) -> list[tuple[float, dict]]:
+async def watch(
+    server: LiveServer, run_id: int, after: int, during=None
+) -> list[tuple[float, dict]]:
     """The events the run's socket sends (with the time each came), until ``run.finished``."""
     import aiohttp
 
     url = f"ws://127.0.0.1:{server.port}/ws/runs/{run_id}/?after={after}&token={server.token}"
     received: list[tuple[float, dict]] = []
-    async with aiohttp.ClientSession() as session:
-        async with session.ws_connect(url, headers={"Origin": server.url}) as socket_:
-            if during is not None:
-                await asyncio.get_running_loop().run_in_executor(None, during)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(url, headers={"Origin": server.url}) as socket_,
+    ):
+        if during is not None:
+            await asyncio.get_running_loop().run_in_executor(None, during)
 
-            async def read() -> None:
-                async for message in socket_:
-                    event = json.loads(message.data)
-                    received.append((time.time(), event))
-                    if event["type"] == "run.finished":
-                        return
+        async def read() -> None:
+            async for message in socket_:
+                event = json.loads(message.data)
+                received.append((time.time(), event))
+                if event["type"] == "run.finished":
+                    return
 
-            try:
-                await asyncio.wait_for(read(), TIMEOUT)
-            except TimeoutError:
-                pass
+        with suppress(TimeoutError):
+            await asyncio.wait_for(read(), TIMEOUT)
     return received
 
 
@@ -145,7 +147,10 @@ def test_a_cancel_from_the_page_of_a_cli_run_keeps_every_event_in_order(server):
                 f"{server.url}/api/runs/{run_id}/cancel/",
                 data=b"{}",
                 method="POST",
-                headers={"Authorization": f"Token {server.token}", "Content-Type": "application/json"},
+                headers={
+                    "Authorization": f"Token {server.token}",
+                    "Content-Type": "application/json",
+                },
             )
             with urllib.request.urlopen(request, timeout=10):
                 pass
