@@ -22,6 +22,8 @@ BENCHES += batch_replay
 BENCHES += experiment
 # The snapshot of one 10,000-step run (1% retried, with their attempts): CPU per read and bytes.
 BENCHES += run_snapshot
+# The suite's code tasks graded in their two sandboxes, one at a time and four at a time.
+BENCHES += code_grading
 
 .PHONY: install demo serve test test-fast test-production bench clean lint
 

@@ -31,7 +31,9 @@ from orchestrator.models import (
     BatchItem,
     Comment,
     Dataset,
+    DatasetItem,
     Experiment,
+    ExperimentArm,
     FailureKind,
     Membership,
     Plan,
@@ -378,6 +380,25 @@ def pools_for(*, user: Any) -> QuerySet[Pool]:
     )
 
 
+def enabled_worker_names(*, projects: Sequence[Project | int]) -> list[str]:
+    """The names of the enabled workers of the projects' pools, sorted, each once."""
+    workers = Worker.objects.filter(pool__project__in=projects, enabled=True)
+    return sorted(set(workers.values_list("name", flat=True)))
+
+
+def pool_enabled_workers(*, pool: Pool) -> list[Worker]:
+    """A pool's enabled workers in order (``pools_for`` prefetches them as ``enabled_workers``)."""
+    workers = getattr(pool, "enabled_workers", None)
+    if workers is not None:
+        return list(workers)
+    return list(Worker.objects.filter(pool=pool, enabled=True).order_by("position", "id"))
+
+
+def user_pool(*, user: Any, pool_id: int) -> Pool | None:
+    """One pool of the user's projects as ``pools_for`` gives it; None if it is not theirs."""
+    return pools_for(user=user).filter(pk=pool_id).first()
+
+
 def pools_runnable_by(*, user: Any) -> QuerySet[Pool]:
     """The pools a user may start runs on (admin or reviewer of their project)."""
     if getattr(user, "is_superuser", False):
@@ -486,6 +507,12 @@ def run_events_after(*, run_id: int, seq: int) -> list[dict[str, Any]]:
         .order_by("seq")
         .values_list("data", flat=True)
     )
+
+
+def run_progress(*, run_id: int) -> tuple[int, str, str] | None:
+    """A run's last seq, status and executor (None once it is deleted): what a socket whose
+    channel layer cannot reach the executing process reads to tell whether there is more."""
+    return Run.objects.filter(pk=run_id).values_list("last_seq", "status", "executor").first()
 
 
 def run_page_state(*, run: Run) -> wire.PageState:
@@ -795,7 +822,13 @@ def dataset_get(*, user: Any, dataset_id: int) -> Dataset | None:
     return dataset_list(user=user).filter(pk=dataset_id).first()
 
 
-def experiment_list(*, user: Any, dataset: Dataset | None = None) -> QuerySet[Experiment]:
+def dataset_items(*, dataset: Dataset, limit: int | None = None) -> QuerySet[DatasetItem]:
+    """A dataset's items in order (the first ``limit`` of them when given)."""
+    items = DatasetItem.objects.filter(dataset=dataset).order_by("position")
+    return items if limit is None else items[:limit]
+
+
+def experiment_list(*, user: Any, dataset: Dataset | int | None = None) -> QuerySet[Experiment]:
     """The experiments of the user's projects (of one dataset), newest first."""
     experiments = _in_user_projects(Experiment.objects.select_related("dataset", "project"), user)
     if dataset is not None:
@@ -805,6 +838,15 @@ def experiment_list(*, user: Any, dataset: Dataset | None = None) -> QuerySet[Ex
 
 def experiment_get(*, user: Any, experiment_id: int) -> Experiment | None:
     return experiment_list(user=user).filter(pk=experiment_id).first()
+
+
+def experiment_arms(*, experiment: Experiment) -> list[ExperimentArm]:
+    """An experiment's arms in order."""
+    return list(ExperimentArm.objects.filter(experiment=experiment).order_by("position", "id"))
+
+
+def experiment_arm_ids(*, experiment: Experiment) -> set[int]:
+    return set(ExperimentArm.objects.filter(experiment=experiment).values_list("pk", flat=True))
 
 
 # Projects, pools, members and the audit log, as a project's admins and members see them.
@@ -830,13 +872,31 @@ def user_projects(*, user: Any) -> list[Project]:
     return projects
 
 
-def project_for(*, user: Any, slug: str) -> Project | None:
-    """The project with ``slug`` if the user is a member (or a superuser), with ``role`` set."""
-    project = Project.objects.filter(slug=slug).first()
-    if project is None:
+def projects_with_role(*, user: Any, roles: Sequence[str] | None = None) -> list[Project]:
+    """The user's projects by name (those where their role is one of ``roles`` when given)."""
+    ids = [pk for pk, role in user_roles(user=user).items() if roles is None or role in roles]
+    return list(Project.objects.filter(pk__in=ids).order_by("name", "id"))
+
+
+def project_for(*, user: Any, project: str | int) -> Project | None:
+    """The project named by its id or its slug (a string is the slug, or the id when no project
+    has that slug), if the user is a member (or a superuser), with ``role`` set; else None."""
+    found = None
+    if isinstance(project, str):
+        found = Project.objects.filter(slug=project).first()
+        if found is None and project.isascii() and project.isdigit():
+            project = int(project)
+    if isinstance(project, int) and not isinstance(project, bool) and 0 < project < 2**63:
+        found = Project.objects.filter(pk=project).first()
+    if found is None:
         return None
-    project.role = user_role(user=user, project=project)
-    return project if project.role is not None else None
+    found.role = user_role(user=user, project=found)
+    return found if found.role is not None else None
+
+
+def membership_get(*, project: Project | int, membership_id: int) -> Membership | None:
+    """One member of a project, with their user; None if it is not one of its members."""
+    return project_members(project=project).filter(pk=membership_id).first()
 
 
 def current_project(*, user: Any, project_id: int | None) -> Project | None:
@@ -1074,6 +1134,27 @@ def comment_list(*, run: Run) -> QuerySet[Comment]:
     return (
         Comment.objects.filter(run_id=run.pk).select_related("author").order_by("created_at", "id")
     )
+
+
+def step_nested_runs(*, step: Step) -> list[dict[str, Any]]:
+    """The runs a step's worker started through /v1, oldest first: their id and status."""
+    return list(Run.objects.filter(called_from=step).order_by("id").values("id", "status"))
+
+
+def run_finished_row(*, run_id: int) -> Run:
+    """A run as stored, without checking who may see it (the caller has): /v1 reads the run it
+    made once it has finished."""
+    return Run.objects.get(pk=run_id)
+
+
+def run_step(*, run: Run, step_id: int) -> Step | None:
+    """One step of ``run``; None if it is not one of its steps."""
+    return Step.objects.filter(run=run, pk=step_id).first()
+
+
+def user_by_username(*, username: str) -> Any:
+    """The user of that username, or None."""
+    return get_user_model().objects.filter(username=username).first()
 
 
 def failure_kind_get(*, user: Any, kind_id: int) -> FailureKind | None:

@@ -27,9 +27,7 @@ class ApiKeyForm(forms.Form):
 
 def _key_projects(user) -> list[Project]:
     """The projects where the user may start runs, so may hold keys."""
-    roles = selectors.user_roles(user=user)
-    ids = [pk for pk, role in roles.items() if role in selectors.ROLES_THAT_RUN]
-    return list(Project.objects.filter(pk__in=ids).order_by("name"))
+    return selectors.projects_with_role(user=user, roles=selectors.ROLES_THAT_RUN)
 
 
 def _page(

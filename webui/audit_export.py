@@ -8,8 +8,11 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from orchestrator.models import AuditEntry
+from django.http import StreamingHttpResponse
+
+from orchestrator.models import AuditEntry, Project
 from orchestrator.spreadsheet import cell_out
+from webui.streaming import batched
 
 CSV_COLUMNS = (
     "time",
@@ -69,3 +72,14 @@ def csv_lines(entries: Iterable[AuditEntry]) -> Iterator[str]:
         ]
         for field, before, after in entry_changes(entry) or [("", "", "")]:
             yield writer.writerow([cell_out(value) for value in (*head, field, before, after)])
+
+
+def audit_csv_response(project: Project, entries) -> StreamingHttpResponse:
+    """The CSV download of ``entries`` (streamed in chunks of rows from the database)."""
+    response = StreamingHttpResponse(
+        batched(csv_lines(entries.iterator(chunk_size=CHUNK_ROWS))),
+        content_type="text/csv; charset=utf-8",
+    )
+    response["Content-Disposition"] = f'attachment; filename="audit-{project.slug}.csv"'
+    response["Cache-Control"] = "no-store"
+    return response

@@ -11,7 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from orchestrator import selectors
-from orchestrator.models import Membership, Worker
+from orchestrator.models import Membership
 from orchestrator.services.batches import MATCH_KINDS, MAX_BATCH_RUNS, MAX_PATTERN_CHARS
 from webui.views import RunFilterForm
 
@@ -39,13 +39,7 @@ def batch_new(request: HttpRequest) -> HttpResponse:
         user=request.user, project=projects[0] if len(projects) == 1 else None, **filters
     )
     matched = matching[: MAX_BATCH_RUNS + 1].count() if projects else 0
-    workers = sorted(
-        set(
-            Worker.objects.filter(pool__project__in=projects, enabled=True).values_list(
-                "name", flat=True
-            )
-        )
-    )
+    workers = selectors.enabled_worker_names(projects=projects)
     context = {
         "projects": projects,
         "matched": matched,

@@ -28,9 +28,7 @@ DEFAULT_ARMS = "conductor,single:0,reflection,moa"
 
 
 def _runnable_projects(user) -> list[Project]:
-    roles = selectors.user_roles(user=user)
-    ids = [pk for pk, role in roles.items() if role in selectors.ROLES_THAT_RUN]
-    return list(Project.objects.filter(pk__in=ids).order_by("name"))
+    return selectors.projects_with_role(user=user, roles=selectors.ROLES_THAT_RUN)
 
 
 class DatasetImportForm(forms.Form):
@@ -84,7 +82,9 @@ def datasets_page(request: HttpRequest) -> HttpResponse:
                         }
                     )
                 dataset = dataset_import(
-                    project=Project.objects.get(pk=form.cleaned_data["project"]),
+                    project=selectors.project_for(
+                        user=request.user, project=int(form.cleaned_data["project"])
+                    ),
                     name=form.cleaned_data["name"],
                     content=upload.read(),
                     format=format if format in ("jsonl", "csv") else "jsonl",
@@ -153,7 +153,7 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
                 return redirect("experiment-detail", experiment_id=experiment.pk)
     context = {
         "dataset": dataset,
-        "items": dataset.items.order_by("position")[:ITEMS_SHOWN],
+        "items": selectors.dataset_items(dataset=dataset, limit=ITEMS_SHOWN),
         "items_shown": ITEMS_SHOWN,
         "experiments": selectors.experiment_list(user=request.user, dataset=dataset)[:50],
         "form": form,
@@ -170,7 +170,7 @@ def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
         raise Http404("No such experiment.")
     context = {
         "experiment": experiment,
-        "arms": list(experiment.arms.order_by("position")),
+        "arms": selectors.experiment_arms(experiment=experiment),
         "can_run": selectors.user_can_run(user=request.user, project=experiment.project_id),
         "constants": wire.experiment_page_constants(),
     }

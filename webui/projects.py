@@ -28,8 +28,7 @@ from orchestrator.services.members import (
     membership_remove,
 )
 from webui.api.pagination import MAX_PAGE
-from webui.api.projects import audit_csv_response
-from webui.audit_export import entry_changes
+from webui.audit_export import audit_csv_response, entry_changes
 
 SESSION_KEY = "current_project"
 AUDIT_PAGE_SIZE = 100
@@ -73,7 +72,7 @@ def _safe_next(request: HttpRequest, default: str) -> str:
 @require_POST
 def project_switch(request: HttpRequest) -> HttpResponse:
     """Make a project of yours the current one (a 404 for any other)."""
-    project = selectors.project_for(user=request.user, slug=request.POST.get("project", ""))
+    project = selectors.project_for(user=request.user, project=request.POST.get("project", ""))
     if project is None:
         raise Http404("No such project of yours.")
     request.session[SESSION_KEY] = project.pk
@@ -81,7 +80,7 @@ def project_switch(request: HttpRequest) -> HttpResponse:
 
 
 def _project_or_404(request: HttpRequest, slug: str) -> Project:
-    project = selectors.project_for(user=request.user, slug=slug)
+    project = selectors.project_for(user=request.user, project=slug)
     if project is None:
         raise Http404("No such project.")
     return project
@@ -141,7 +140,7 @@ def members(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _membership(project: Project, membership_id: int) -> Membership:
-    membership = selectors.project_members(project=project).filter(pk=membership_id).first()
+    membership = selectors.membership_get(project=project, membership_id=membership_id)
     if membership is None:
         raise Http404("No such member.")
     return membership

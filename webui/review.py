@@ -64,8 +64,7 @@ def _kinds_of(projects: list[Project]) -> list[Any]:
 
 
 def _user_projects(user: Any) -> list[Project]:
-    roles = selectors.user_roles(user=user)
-    return list(Project.objects.filter(pk__in=roles).order_by("name"))
+    return selectors.projects_with_role(user=user)
 
 
 @login_required

@@ -133,9 +133,7 @@ def decorate_list_row(run: Run, pools: dict[int, Pool]) -> None:
 
 def simulated_text(pool: Pool) -> str:
     """Which parts of a pool are simulated ("" when none is): its conductor, its workers."""
-    workers = getattr(pool, "enabled_workers", None)
-    if workers is None:
-        workers = list(pool.workers.filter(enabled=True))
+    workers = selectors.pool_enabled_workers(pool=pool)
     simulated = sum(1 for worker in workers if worker.is_simulated)
     parts = []
     if pool.is_simulated:

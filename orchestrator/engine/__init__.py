@@ -7,5 +7,7 @@ Pure Python, no Django. Entry points:
 - ``scheduler.execute_run(...) -> RunResult``: runs a question through a strategy over a pool.
 - ``strategies.build_strategy(name, ...) -> Strategy``: conductor, single, reflection, moa.
 - ``grading.grade(answer, reference, kind)``: checks an answer against a reference.
-- ``sandbox.run_python(script=..., files=..., limits=...)``: runs untrusted Python in bubblewrap.
+- ``sandbox.run_python(script=..., files=..., limits=...)``: runs untrusted Python in bubblewrap,
+  each sandbox with a uid and a cgroup of its own; ``code_grading.grade_code`` grades a code
+  answer in two of them.
 """

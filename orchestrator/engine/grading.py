@@ -9,13 +9,13 @@ OS-level sandbox (``sandbox.py``) or are not graded at all (``GradingUnavailable
 from __future__ import annotations
 
 import re
-import secrets
 import unicodedata
 from collections import Counter
 from fractions import Fraction
 from typing import Literal, TypeAlias
 
-from orchestrator.engine.sandbox import Limits, SandboxUnavailable, run_python
+from orchestrator.engine import code_grading
+from orchestrator.engine.sandbox import SandboxUnavailable
 
 GraderKind: TypeAlias = Literal["exact", "numeric", "choice", "countdown", "code"]
 GRADER_KINDS: tuple[GraderKind, ...] = ("exact", "numeric", "choice", "countdown", "code")
@@ -279,35 +279,9 @@ class GradingUnavailable(RuntimeError):
     wrong answer: the caller records the reason instead of a score."""
 
 
-# Limits of one code grading: a test suite for a short function needs far less.
-CODE_LIMITS = Limits(cpu_seconds=10, wall_seconds=15.0, memory_bytes=512 * 2**20, processes=64)
-
-# Runs inside the sandbox. The nonce comes on stdin (not argv, where the solution would find it
-# at once) and is printed only after every test passed.
-_CODE_RUNNER = """
-import sys
-nonce = sys.stdin.readline().strip()
-namespace = {"__name__": "solution"}
-with open("solution.py", encoding="utf-8") as handle:
-    solution = handle.read()
-with open("tests.py", encoding="utf-8") as handle:
-    tests = handle.read()
-exec(compile(solution, "solution.py", "exec"), namespace)
-exec(compile(tests, "tests.py", "exec"), namespace)
-print(nonce)
-"""
-
-
 def _grade_code(answer: str, reference: str) -> bool:
     code = last_code_block(answer) or answer
-    nonce = secrets.token_hex(16)
     try:
-        outcome = run_python(
-            script=_CODE_RUNNER,
-            files={"solution.py": code, "tests.py": reference},
-            stdin=nonce + "\n",
-            limits=CODE_LIMITS,
-        )
+        return code_grading.grade_code(code, reference).passed
     except SandboxUnavailable as error:
         raise GradingUnavailable(str(error)) from error
-    return outcome.ok and outcome.stdout.strip().endswith(nonce)

@@ -20,6 +20,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from orchestrator import events, wire
+from orchestrator.engine.code_grading import reference_problem as code_reference_problem
 from orchestrator.engine.grading import GRADER_KINDS, parse_number
 from orchestrator.engine.replay import ReplayState
 from orchestrator.engine.scheduler import execute_run
@@ -129,6 +130,8 @@ def run_create(
         problem = code_grading_problem()
         if problem:
             errors["grader"] = [problem]
+        elif unusable := code_reference_problem(reference):
+            errors["reference"] = [unusable]
     if errors:
         raise ValidationError(errors)
     if not reference:

@@ -2,15 +2,16 @@
 // adds the run's question to the one chosen, with its reference, or with its answer as the
 // reference when the user marks it right.
 
+import { errorText } from "./form_errors.js";
+import { getJSON, sendJSON } from "./http.js";
+
 const box = document.getElementById("add-to-dataset");
 const form = document.getElementById("add-to-dataset-form");
 const select = document.getElementById("add-to-dataset-select");
 const message = document.getElementById("add-to-dataset-message");
 
 async function loadDatasets() {
-  const response = await fetch("/api/datasets/", { credentials: "same-origin", headers: { Accept: "application/json" } });
-  if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
-  const datasets = (await response.json()).filter((dataset) => String(dataset.project) === box.dataset.projectId);
+  const datasets = (await getJSON("/api/datasets/")).filter((dataset) => String(dataset.project) === box.dataset.projectId);
   select.replaceChildren();
   for (const dataset of datasets) {
     const option = document.createElement("option");
@@ -28,21 +29,10 @@ box.addEventListener("toggle", () => {
 form.addEventListener("submit", async (event) => {
   event.preventDefault();
   message.textContent = "Adding…";
-  const response = await fetch(`/api/datasets/${encodeURIComponent(select.value)}/items/`, {
-    method: "POST",
-    credentials: "same-origin",
-    headers: {
-      Accept: "application/json",
-      "Content-Type": "application/json",
-      "X-CSRFToken": form.elements.csrfmiddlewaretoken.value,
-    },
-    body: JSON.stringify({ run: Number(box.dataset.runId), answer_as_reference: document.getElementById("add-to-dataset-right").checked }),
+  const { ok, status, body } = await sendJSON(`/api/datasets/${encodeURIComponent(select.value)}/items/`, {
+    csrf: form,
+    body: { run: Number(box.dataset.runId), answer_as_reference: document.getElementById("add-to-dataset-right").checked },
   });
-  const body = await response.json().catch(() => ({}));
-  if (response.ok) {
-    message.textContent = `Added as item ${body.position}${body.reference ? " with a reference" : ""}.`;
-  } else {
-    const detail = body.detail || Object.entries(body).map(([field, errors]) => `${field}: ${[].concat(errors).join(" ")}`).join("; ");
-    message.textContent = `Not added: ${detail || response.status}`;
-  }
+  if (ok) message.textContent = `Added as item ${body.position}${body.reference ? " with a reference" : ""}.`;
+  else message.textContent = `Not added: ${errorText(body) || status}`;
 });

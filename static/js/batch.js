@@ -2,6 +2,8 @@
 // embedded in the page and then from GET /api/batches/<id>/, polled until every replay finished.
 // Every text from a run goes in as textContent, never as HTML.
 
+import { getJSON } from "./http.js";
+
 const config = JSON.parse(document.getElementById("batch-config").textContent);
 let state = JSON.parse(document.getElementById("batch-state").textContent);
 
@@ -109,16 +111,10 @@ function draw() {
 
 async function poll() {
   try {
-    const response = await fetch(config.api, {
-      credentials: "same-origin",
-      headers: { Accept: "application/json" },
-    });
-    if (response.ok) {
-      state = await response.json();
-      draw();
-    }
+    state = await getJSON(config.api);
+    draw();
   } catch {
-    // Offline for a moment: the next poll tries again.
+    // Offline for a moment (or an error answer): the next poll tries again.
   }
   if (state.status !== "finished") window.setTimeout(poll, config.poll_ms);
 }

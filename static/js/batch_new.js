@@ -1,6 +1,9 @@
 // The batch form: POST /api/batches/ with the runs list's filters and the override, then open the
 // batch page. Errors come back keyed by field ("override.pattern") and are shown beside it.
 
+import { clearFormErrors, showFormErrors } from "./form_errors.js";
+import { sendJSON } from "./http.js";
+
 const form = document.getElementById("batch-form");
 if (form) {
   const filters = JSON.parse(document.getElementById("batch-filters").textContent);
@@ -12,24 +15,12 @@ if (form) {
   form.querySelectorAll("[name=kind]").forEach((radio) => radio.addEventListener("change", showKind));
   showKind();
 
-  const clearErrors = () => {
-    form.querySelectorAll("[data-error-for]").forEach((el) => (el.textContent = ""));
-  };
-
-  const showErrors = (errors) => {
-    const general = [];
-    for (const [field, messages] of Object.entries(errors)) {
-      const text = Array.isArray(messages) ? messages.join(" ") : String(messages);
-      const slot = form.querySelector(`[data-error-for="${CSS.escape(field)}"]`);
-      if (slot && field !== "__all__") slot.textContent = text;
-      else general.push(field === "detail" ? text : `${field}: ${text}`);
-    }
-    document.getElementById("batch-error").textContent = general.join(" ");
-  };
+  const summary = document.getElementById("batch-error");
+  const showErrors = (errors) => showFormErrors(form, errors, summary);
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    clearErrors();
+    clearFormErrors(form, summary);
     const override =
       kind() === "worker"
         ? { kind: "worker", from: form.elements.from.value.trim(), to: form.elements.to.value.trim() }
@@ -41,17 +32,8 @@ if (form) {
           };
     submit.disabled = true;
     try {
-      const response = await fetch("/api/batches/", {
-        method: "POST",
-        credentials: "same-origin",
-        headers: {
-          "Content-Type": "application/json",
-          Accept: "application/json",
-          "X-CSRFToken": form.elements.csrfmiddlewaretoken.value,
-        },
-        body: JSON.stringify({ project: Number(form.elements.project.value), filters, override }),
-      });
-      const body = await response.json().catch(() => ({}));
+      const response = await sendJSON("/api/batches/", { csrf: form, body: { project: Number(form.elements.project.value), filters, override } });
+      const body = response.body;
       if (response.status === 201 && body.id) {
         window.location.assign(`/batches/${body.id}/`);
         return;

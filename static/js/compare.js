@@ -4,6 +4,7 @@
 // word diff of a changed step, and the outcome table. Everything comes from the page's
 // "compare-state" block; untrusted text is only ever set as text.
 
+import { getJSON } from "./http.js";
 import { GraphView } from "./run/graph.js";
 import { RunStore, tableSteps } from "./run/store.js";
 import { element, formatCost, formatCount, formatScore, formatSeconds, shortInstruction, statusBadge } from "./run/format.js";
@@ -24,10 +25,8 @@ const DIFF_FIELDS = [
   ["response", "Response"],
 ];
 
-async function api(path) {
-  const response = await fetch(`${apiRoot}${path}`, { credentials: "same-origin" });
-  if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
-  return response.json();
+function api(path) {
+  return getJSON(`${apiRoot}${path}`);
 }
 
 // The page names each row's steps by id: each step is once in the page, in its run's state.

@@ -4,6 +4,8 @@
 // item (Chart.js), the runs behind a clicked cell, and two arms head to head.
 // Everything users or models wrote is set as text, never as HTML.
 
+import { getJSON, sendJSON } from "./http.js";
+
 const page = document.getElementById("experiment-page");
 const experimentId = page.dataset.experimentId;
 const api = `${page.dataset.apiRoot}experiments/${experimentId}/`;
@@ -24,12 +26,6 @@ let chart = null;
 let lastDone = -1;
 let lastScoreboardAt = 0;
 let status = statusBadge.textContent.trim();
-
-async function getJSON(url) {
-  const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
-  if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
-  return response.json();
-}
 
 function el(tag, text, className) {
   const node = document.createElement(tag);
@@ -240,17 +236,12 @@ for (const id of ["experiment-cancel", "experiment-resume"]) {
   if (!form) continue;
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    const response = await fetch(form.action, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { Accept: "application/json", "X-CSRFToken": form.elements.csrfmiddlewaretoken.value },
-    });
-    const body = await response.json().catch(() => ({}));
-    if (response.ok) {
+    const { ok, status, body } = await sendJSON(form.action, { csrf: form });
+    if (ok) {
       showProgress(body);
     } else {
       errorBox.hidden = false;
-      errorBox.textContent = body.detail || `${response.status}`;
+      errorBox.textContent = body.detail || `${status}`;
     }
     if (UNFINISHED.has(body.status)) poll();
   });

@@ -2,6 +2,9 @@
 // kept live (new runs and status changes drawn without a reload). A plain ES module; the page
 // works without it except for these things.
 
+import { clearFormErrors, showFormErrors } from "./form_errors.js";
+import { getJSON, sendJSON } from "./http.js";
+
 const table = document.getElementById("runs-table");
 let rows = table ? Array.from(table.querySelectorAll("tbody tr[data-href]")) : [];
 let selected = -1;
@@ -90,33 +93,16 @@ if (form) {
   poolSelect.addEventListener("change", showSimulated);
   showSimulated();
 
-  const clearErrors = () => {
-    form.querySelectorAll("[data-error-for]").forEach((el) => (el.textContent = ""));
-    form.querySelectorAll("[aria-invalid]").forEach((el) => el.removeAttribute("aria-invalid"));
-  };
-
+  const summary = document.getElementById("new-run-error");
   const showErrors = (errors) => {
-    const general = [];
-    for (const [field, messages] of Object.entries(errors)) {
-      const text = Array.isArray(messages) ? messages.join(" ") : String(messages);
-      const slot = form.querySelector(`[data-error-for="${CSS.escape(field)}"]`);
-      const input = form.querySelector(`[name="${CSS.escape(field)}"]`);
-      if (slot && field !== "__all__") {
-        slot.textContent = text;
-        if (input) input.setAttribute("aria-invalid", "true");
-      } else {
-        general.push(field === "detail" || field === "non_field_errors" ? text : `${field}: ${text}`);
-      }
-    }
-    document.getElementById("new-run-error").textContent = general.join(" ");
+    // A field folded under "Grading" is opened first, so its error is seen and its input focused.
     if (errors.reference || errors.grader) document.getElementById("new-run-grading").open = true;
-    const firstInvalid = form.querySelector("[aria-invalid=true]");
-    if (firstInvalid) firstInvalid.focus();
+    showFormErrors(form, errors, summary);
   };
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
-    clearErrors();
+    clearFormErrors(form, summary);
     const question = form.elements.input.value.trim();
     if (!question) {
       showErrors({ input: ["Write a question first."] });
@@ -132,17 +118,8 @@ if (form) {
     if (form.elements.grader.value) payload.grader = form.elements.grader.value;
     submit.disabled = true;
     try {
-      const response = await fetch("/api/runs/", {
-        method: "POST",
-        credentials: "same-origin",
-        headers: {
-          "Content-Type": "application/json",
-          Accept: "application/json",
-          "X-CSRFToken": form.elements.csrfmiddlewaretoken.value,
-        },
-        body: JSON.stringify(payload),
-      });
-      const body = await response.json().catch(() => ({}));
+      const response = await sendJSON("/api/runs/", { csrf: form, body: payload });
+      const body = response.body;
       if (response.status === 201 && body.id) {
         window.location.assign(`/runs/${body.id}/`);
         return;
@@ -224,14 +201,11 @@ async function pollChanges() {
     params.delete("page");
     params.set("after", listState.cursor);
     try {
-      const response = await fetch(`${listState.changes_url}?${params}`, { credentials: "same-origin", headers: { Accept: "application/json" } });
-      if (response.ok) {
-        const changes = await response.json();
-        if (changes.changed.length || changes.gone.length) replaceRows(changes.rows, changes.changed, changes.gone);
-        listState.cursor = changes.cursor;
-      }
+      const changes = await getJSON(`${listState.changes_url}?${params}`);
+      if (changes.changed.length || changes.gone.length) replaceRows(changes.rows, changes.changed, changes.gone);
+      listState.cursor = changes.cursor;
     } catch {
-      // The server is away for a moment: try again at the next tick.
+      // The server is away for a moment (or answered an error): try again at the next tick.
     }
   }
   setTimeout(pollChanges, POLL_EVERY_MS);

@@ -2,6 +2,8 @@
 // follow the rows), and test a stored worker's or the conductor's connection through the API.
 // Without this module the form still works: positions are plain number fields.
 
+import { sendJSON } from "./http.js";
+
 const form = document.getElementById("pool-form");
 const rows = document.getElementById("worker-rows");
 const template = document.getElementById("worker-row-template");
@@ -51,12 +53,8 @@ async function testConnection(button) {
   output.dataset.state = "running";
   output.textContent = "Calling…";
   try {
-    const response = await fetch(button.dataset.url, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { Accept: "application/json", "X-CSRFToken": form.elements.csrfmiddlewaretoken.value },
-    });
-    const body = await response.json().catch(() => ({}));
+    const response = await sendJSON(button.dataset.url, { csrf: form });
+    const body = response.body;
     if (!response.ok) throw new Error(body.detail || `${response.status} ${response.statusText}`);
     output.dataset.state = body.ok ? "ok" : "error";
     output.textContent = describe(body);

@@ -5,18 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orchestrator import selectors, wire
-from orchestrator.models import Project
 from orchestrator.services.batches import (
     BATCH_STATUSES,
     MATCH_KINDS,
@@ -28,13 +23,14 @@ from orchestrator.services.batches import (
     OVERRIDE_WORKER,
     batch_create,
 )
+from webui.api.inputs import InputSerializer, RunFilterInputSerializer
+from webui.api.lookups import batch_or_404, project_or_400
 from webui.api.pagination import MAX_PAGE, PagePagination
-from webui.api.runs import RunListCreateApi, validation_error_from_django
 from webui.api.serializers import TextField, WholeNumberField, follows
 from webui.converters import MAX_ID
 
 
-class OverrideInputSerializer(serializers.Serializer):
+class OverrideInputSerializer(InputSerializer):
     """One override for every run of the batch. ``worker``: every step that ran on the worker
     named ``from`` gets the enabled worker named ``to`` of its run's pool. ``instruction``: in
     every step's instruction, each occurrence of ``pattern`` (``match`` ``literal``: a
@@ -147,24 +143,14 @@ class BatchOutputSerializer(_BatchEntryFields):
     items = BatchItemOutputSerializer(many=True)
 
 
-def _flat_errors(errors: Any, prefix: str = "") -> dict[str, list[str]]:
-    """DRF's nested errors keyed by dotted field names (``override.pattern``), as the service's."""
-    if isinstance(errors, dict):
-        flat: dict[str, list[str]] = {}
-        for key, value in errors.items():
-            flat.update(_flat_errors(value, f"{prefix}.{key}" if prefix else str(key)))
-        return flat
-    return {prefix or "non_field_errors": [str(message) for message in errors]}
-
-
 class BatchListCreateApi(APIView):
     """``GET``: the batches of the user's projects, newest first. ``POST``: replay every run of a
     project that ``filters`` matches (at most MAX_BATCH_RUNS) with ``override``, in the
     background (admins of the project)."""
 
-    class BatchCreateInputSerializer(serializers.Serializer):
+    class BatchCreateInputSerializer(InputSerializer):
         project = WholeNumberField(min_value=1, max_value=MAX_ID, help_text="Id of the project.")
-        filters = RunListCreateApi.FilterSerializer(
+        filters = RunFilterInputSerializer(
             required=False,
             help_text="The runs list's filters (GET /api/runs/ parameters); none: every run.",
         )
@@ -199,25 +185,15 @@ class BatchListCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         payload = self.BatchCreateInputSerializer(data=request.data)
-        if not payload.is_valid():
-            raise ValidationError(_flat_errors(payload.errors))
+        payload.is_valid(raise_exception=True)
         data: dict[str, Any] = payload.validated_data
-        role = selectors.user_role(user=request.user, project=data["project"])
-        project = Project.objects.filter(pk=data["project"]).first() if role else None
-        if project is None:
-            raise ValidationError({"project": ["No such project among yours."]})
-        try:
-            batch = batch_create(
-                project=project,
-                actor=request.user,
-                filters=data.get("filters") or {},
-                override=data["override"],
-            )
-        except DjangoPermissionDenied as error:
-            self.permission_denied(request, message=str(error))
-        except DjangoValidationError as error:
-            raise validation_error_from_django(error) from error
-        batch = selectors.batch_get(user=request.user, batch_id=batch.pk)
+        batch = batch_create(
+            project=project_or_400(request, data["project"]),
+            actor=request.user,
+            filters=data.get("filters") or {},
+            override=data["override"],
+        )
+        batch = batch_or_404(request=request, batch_id=batch.pk)
         output = BatchOutputSerializer(selectors.batch_summary(batch=batch))
         return Response(output.data, status=status.HTTP_201_CREATED)
 
@@ -228,7 +204,5 @@ class BatchDetailApi(APIView):
 
     @extend_schema(operation_id="batches_retrieve", responses=BatchOutputSerializer)
     def get(self, request: Request, batch_id: int) -> Response:
-        batch = selectors.batch_get(user=request.user, batch_id=batch_id)
-        if batch is None:
-            raise Http404("No such batch.")
+        batch = batch_or_404(request=request, batch_id=batch_id)
         return Response(BatchOutputSerializer(selectors.batch_summary(batch=batch)).data)

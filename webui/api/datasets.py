@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404, StreamingHttpResponse
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orchestrator import selectors
-from orchestrator.models import Dataset, Project
 from orchestrator.scoreboard import dataset_export_lines
 from orchestrator.services.datasets import (
     FORMATS,
@@ -28,26 +25,13 @@ from orchestrator.services.datasets import (
     dataset_item_add_from_run,
     format_for_filename,
 )
+from webui.api.inputs import InputSerializer
+from webui.api.lookups import project_or_400, run_or_400, visible_dataset_or_404
 from webui.api.parsers import BoundedJSONParser
-from webui.api.runs import validation_error_from_django, visible_run_or_404
 from webui.api.serializers import TagListField, TextField, WholeNumberField
 from webui.converters import MAX_ID
 
 ITEMS_SHOWN = 200
-
-
-def visible_dataset_or_404(*, request: Request, dataset_id: int) -> Dataset:
-    dataset = selectors.dataset_get(user=request.user, dataset_id=dataset_id)
-    if dataset is None:
-        raise Http404("No such dataset.")
-    return dataset
-
-
-def _project_or_400(request: Request, project_id: int) -> Project:
-    project = Project.objects.filter(pk=project_id).first()
-    if project is None or selectors.user_role(user=request.user, project=project) is None:
-        raise ValidationError({"project": ["No such project of yours."]})
-    return project
 
 
 class DatasetOutputSerializer(serializers.Serializer):
@@ -75,7 +59,7 @@ class DatasetDetailOutputSerializer(DatasetOutputSerializer):
 
     @extend_schema_field(DatasetItemOutputSerializer(many=True))
     def get_items(self, dataset) -> list[dict[str, Any]]:
-        items = dataset.items.order_by("position")[:ITEMS_SHOWN]
+        items = selectors.dataset_items(dataset=dataset, limit=ITEMS_SHOWN)
         return DatasetItemOutputSerializer(items, many=True).data
 
 
@@ -86,7 +70,7 @@ class DatasetListCreateApi(APIView):
 
     parser_classes = [MultiPartParser, BoundedJSONParser]
 
-    class DatasetCreateInputSerializer(serializers.Serializer):
+    class DatasetCreateInputSerializer(InputSerializer):
         project = WholeNumberField(min_value=1, max_value=MAX_ID, help_text="Id of your project.")
         name = TextField(max_length=MAX_NAME_LENGTH)
         format = serializers.ChoiceField(
@@ -136,27 +120,21 @@ class DatasetListCreateApi(APIView):
             content = upload.read()
         else:
             content = data["content"].encode("utf-8", "surrogatepass")
-        project = _project_or_400(request, data["project"])
-        try:
-            dataset = dataset_import(
-                project=project,
-                name=data["name"],
-                content=content,
-                format=format,
-                created_by=request.user,
-                description=data["description"],
-            )
-        except DjangoPermissionDenied as error:
-            raise PermissionDenied(str(error)) from error
-        except DjangoValidationError as error:
-            raise validation_error_from_django(error) from error
+        dataset = dataset_import(
+            project=project_or_400(request, data["project"]),
+            name=data["name"],
+            content=content,
+            format=format,
+            created_by=request.user,
+            description=data["description"],
+        )
         return Response(DatasetOutputSerializer(dataset).data, status=status.HTTP_201_CREATED)
 
 
 class DatasetSuiteApi(APIView):
     """The project's built-in dataset of the bundled suite (made on first use)."""
 
-    class SuiteInputSerializer(serializers.Serializer):
+    class SuiteInputSerializer(InputSerializer):
         project = WholeNumberField(min_value=1, max_value=MAX_ID, help_text="Id of your project.")
 
     @extend_schema(
@@ -167,11 +145,8 @@ class DatasetSuiteApi(APIView):
     def post(self, request: Request) -> Response:
         payload = self.SuiteInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        project = _project_or_400(request, payload.validated_data["project"])
-        try:
-            dataset = dataset_ensure_suite(project=project, created_by=request.user)
-        except DjangoPermissionDenied as error:
-            raise PermissionDenied(str(error)) from error
+        project = project_or_400(request, payload.validated_data["project"])
+        dataset = dataset_ensure_suite(project=project, created_by=request.user)
         return Response(DatasetOutputSerializer(dataset).data)
 
 
@@ -204,7 +179,7 @@ class DatasetExportApi(APIView):
         query.is_valid(raise_exception=True)
         dataset = visible_dataset_or_404(request=request, dataset_id=dataset_id)
         format = query.validated_data["kind"]
-        items = dataset.items.order_by("position").iterator(chunk_size=1000)
+        items = selectors.dataset_items(dataset=dataset).iterator(chunk_size=1000)
         content_type = "application/jsonl" if format == "jsonl" else "text/csv"
         response = StreamingHttpResponse(
             dataset_export_lines(items=items, format=format),
@@ -218,7 +193,7 @@ class DatasetItemFromRunApi(APIView):
     """Add a run's question to a dataset of its project, with the run's reference or, with
     ``answer_as_reference`` (you mark the answer right), the run's answer as reference."""
 
-    class ItemFromRunInputSerializer(serializers.Serializer):
+    class ItemFromRunInputSerializer(InputSerializer):
         run = WholeNumberField(min_value=1, max_value=MAX_ID)
         answer_as_reference = serializers.BooleanField(default=False)
         tags = TagListField(required=False, default=list, max_length=20)
@@ -233,20 +208,11 @@ class DatasetItemFromRunApi(APIView):
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
         dataset = visible_dataset_or_404(request=request, dataset_id=dataset_id)
-        try:
-            run = visible_run_or_404(request=request, run_id=data["run"])
-        except Http404 as error:
-            raise ValidationError({"run": ["No such run of yours."]}) from error
-        try:
-            item = dataset_item_add_from_run(
-                dataset=dataset,
-                run=run,
-                user=request.user,
-                answer_as_reference=data["answer_as_reference"],
-                tags=data["tags"],
-            )
-        except DjangoPermissionDenied as error:
-            raise PermissionDenied(str(error)) from error
-        except DjangoValidationError as error:
-            raise validation_error_from_django(error) from error
+        item = dataset_item_add_from_run(
+            dataset=dataset,
+            run=run_or_400(request=request, run_id=data["run"]),
+            user=request.user,
+            answer_as_reference=data["answer_as_reference"],
+            tags=data["tags"],
+        )
         return Response(DatasetItemOutputSerializer(item).data, status=status.HTTP_201_CREATED)

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -25,8 +22,9 @@ from orchestrator.services.experiments import (
     experiment_create,
     experiment_resume,
 )
+from webui.api.inputs import CHOICES, InputSerializer, refuse_body
+from webui.api.lookups import visible_experiment_or_404
 from webui.api.pagination import PagePagination
-from webui.api.runs import CHOICES, validation_error_from_django
 from webui.api.serializers import (
     RunSummaryOutputSerializer,
     TagListField,
@@ -36,13 +34,6 @@ from webui.api.serializers import (
 from webui.converters import MAX_ID
 
 STATUS_HELP = "One of: " + ", ".join(str(status) for status in Experiment.Status) + "."
-
-
-def visible_experiment_or_404(*, request: Request, experiment_id: int) -> Experiment:
-    experiment = selectors.experiment_get(user=request.user, experiment_id=experiment_id)
-    if experiment is None:
-        raise Http404("No such experiment.")
-    return experiment
 
 
 class ProgressOutputSerializer(serializers.Serializer):
@@ -98,26 +89,22 @@ class ExperimentDetailOutputSerializer(ExperimentOutputSerializer):
         return dict(scoreboard.experiment_scoreboard(experiment=experiment))
 
 
-class ArmInputSerializer(serializers.Serializer):
+class ArmInputSerializer(InputSerializer):
     strategy = serializers.ChoiceField(choices=CHOICES.strategies)
     pool = WholeNumberField(min_value=1, max_value=MAX_ID)
     options = serializers.DictField(required=False, default=dict)
     label = TextField(required=False, allow_blank=True, default="", max_length=100)
 
 
-@extend_schema_field(ArmInputSerializer(many=True))
-class ArmListField(serializers.JSONField):
-    """The arms as given; each is checked by ArmInputSerializer in ``validate_arms``, so that an
-    error names the arm in one message instead of nesting by index."""
-
-
 class ExperimentListCreateApi(APIView):
     """``GET``: the experiments of the user's projects, newest first. ``POST``: start one (admins
     and reviewers of the dataset's project); it runs in the background."""
 
-    class ExperimentCreateInputSerializer(serializers.Serializer):
+    class ExperimentCreateInputSerializer(InputSerializer):
         dataset = WholeNumberField(min_value=1, max_value=MAX_ID)
-        arms = ArmListField(help_text=f"1 to {MAX_ARMS} arms.")
+        arms = ArmInputSerializer(
+            many=True, min_length=1, max_length=MAX_ARMS, help_text=f"1 to {MAX_ARMS} arms."
+        )
         sample = WholeNumberField(
             required=False,
             allow_null=True,
@@ -135,24 +122,6 @@ class ExperimentListCreateApi(APIView):
         )
         name = TextField(required=False, allow_blank=True, default="", max_length=200)
 
-        def validate_arms(self, arms: list[Any]) -> list[dict[str, Any]]:
-            """Each arm checked by ArmInputSerializer; its errors come flat, naming the arm."""
-            if not isinstance(arms, list) or not 1 <= len(arms) <= MAX_ARMS:
-                raise serializers.ValidationError(f"Give a list of 1 to {MAX_ARMS} arms.")
-            checked = []
-            for index, arm in enumerate(arms):
-                serializer = ArmInputSerializer(data=arm)
-                if not serializer.is_valid():
-                    problems = "; ".join(
-                        f"{field}: {' '.join(map(str, messages))}"
-                        if isinstance(messages, list)
-                        else f"{field}: {messages}"
-                        for field, messages in serializer.errors.items()
-                    )
-                    raise serializers.ValidationError(f"Arm {index}: {problems}")
-                checked.append(serializer.validated_data)
-            return checked
-
     class FilterSerializer(serializers.Serializer):
         dataset = WholeNumberField(required=False, min_value=1, max_value=MAX_ID)
 
@@ -164,9 +133,9 @@ class ExperimentListCreateApi(APIView):
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
-        experiments = selectors.experiment_list(user=request.user)
-        if "dataset" in filters.validated_data:
-            experiments = experiments.filter(dataset_id=filters.validated_data["dataset"])
+        experiments = selectors.experiment_list(
+            user=request.user, dataset=filters.validated_data.get("dataset")
+        )
         return Response(ExperimentOutputSerializer(experiments[:200], many=True).data)
 
     @extend_schema(
@@ -186,26 +155,21 @@ class ExperimentListCreateApi(APIView):
         for index, arm in enumerate(data["arms"]):
             pool = pools.get(arm["pool"])
             if pool is None:
-                raise ValidationError({"arms": [f"Arm {index}: no such pool of yours."]})
+                raise ValidationError({f"arms[{index}].pool": ["No such pool of yours."]})
             arms.append(
                 ArmSpec(
                     strategy=arm["strategy"], pool=pool, options=arm["options"], label=arm["label"]
                 )
             )
-        try:
-            experiment = experiment_create(
-                dataset=dataset,
-                arms=arms,
-                sample=data["sample"],
-                seed=data["seed"],
-                tags=data["tags"],
-                name=data["name"],
-                created_by=request.user,
-            )
-        except DjangoPermissionDenied as error:
-            raise PermissionDenied(str(error)) from error
-        except DjangoValidationError as error:
-            raise validation_error_from_django(error) from error
+        experiment = experiment_create(
+            dataset=dataset,
+            arms=arms,
+            sample=data["sample"],
+            seed=data["seed"],
+            tags=data["tags"],
+            name=data["name"],
+            created_by=request.user,
+        )
         output = ExperimentDetailOutputSerializer(experiment)
         return Response(output.data, status=status.HTTP_201_CREATED)
 
@@ -234,10 +198,8 @@ class _ExperimentActionApi(APIView):
 
     def post(self, request: Request, experiment_id: int) -> Response:
         experiment = visible_experiment_or_404(request=request, experiment_id=experiment_id)
-        try:
-            experiment = self.act(experiment, request.user)
-        except DjangoPermissionDenied as error:
-            raise PermissionDenied(str(error)) from error
+        refuse_body(request)
+        experiment = self.act(experiment, request.user)
         return Response(scoreboard.experiment_progress(experiment=experiment))
 
 
@@ -338,7 +300,7 @@ class ExperimentHeadToHeadApi(APIView):
         query = self.QuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         experiment = visible_experiment_or_404(request=request, experiment_id=experiment_id)
-        arms = set(experiment.arms.values_list("pk", flat=True))
+        arms = selectors.experiment_arm_ids(experiment=experiment)
         a, b = query.validated_data["a"], query.validated_data["b"]
         for name, arm in (("a", a), ("b", b)):
             if arm not in arms:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -18,10 +15,8 @@ from orchestrator import selectors
 from orchestrator.models import ApiKey
 from orchestrator.trajectories import trajectory_lines
 from webui.api.authentication import ApiKeyAuthentication
-from webui.api.runs import RunListCreateApi
-
-# Lines handed to the server per hop to the database thread.
-LINES_PER_BATCH = 500
+from webui.api.inputs import RunFilterSerializer
+from webui.streaming import batched
 
 
 class TrajectoryExportApi(APIView):
@@ -34,7 +29,7 @@ class TrajectoryExportApi(APIView):
 
     authentication_classes = [*api_settings.DEFAULT_AUTHENTICATION_CLASSES, ApiKeyAuthentication]
 
-    class QuerySerializer(RunListCreateApi.FilterSerializer):
+    class QuerySerializer(RunFilterSerializer):
         project = serializers.IntegerField(required=False, min_value=1)
         partial_credit = serializers.FloatField(
             required=False,
@@ -64,26 +59,7 @@ class TrajectoryExportApi(APIView):
         runs = selectors.run_list(user=request.user, **filters)
         lines = trajectory_lines(runs=runs, partial_credit=partial_credit)
         response = StreamingHttpResponse(
-            _batched(lines), content_type="application/jsonl; charset=utf-8"
+            batched(lines), content_type="application/jsonl; charset=utf-8"
         )
         response["Content-Disposition"] = 'attachment; filename="trajectories.jsonl"'
         return response
-
-
-async def _batched(lines: Iterator[str]) -> AsyncIterator[str]:
-    """The lines in batches, each read on the database thread: under ASGI a plain iterator
-    would be read to its end into memory before the first byte is sent."""
-
-    def next_batch() -> str:
-        batch = []
-        for line in lines:
-            batch.append(line)
-            if len(batch) >= LINES_PER_BATCH:
-                break
-        return "".join(batch)
-
-    while True:
-        text = await sync_to_async(next_batch)()
-        if not text:
-            return
-        yield text

@@ -3,20 +3,18 @@ their own keys, for projects where they may start runs."""
 
 from __future__ import annotations
 
-from django.core.exceptions import PermissionDenied
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orchestrator import selectors
-from orchestrator.models import ApiKey, Project
+from orchestrator.models import ApiKey
 from orchestrator.services.api_keys import api_key_create, api_key_revoke
-from webui.api.runs import validation_error_from_django
+from webui.api.inputs import InputSerializer, ProjectField, refuse_body
+from webui.api.lookups import project_or_400
 
 
 class ApiKeyOutputSerializer(serializers.Serializer):
@@ -38,8 +36,8 @@ class ApiKeyCreatedOutputSerializer(ApiKeyOutputSerializer):
 class ApiKeyListCreateApi(APIView):
     """``GET``: your keys. ``POST``: a new key for a project where you may start runs."""
 
-    class ApiKeyCreateInputSerializer(serializers.Serializer):
-        project = serializers.SlugField(help_text="The project's slug.")
+    class ApiKeyCreateInputSerializer(InputSerializer):
+        project = ProjectField()
         name = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
 
     @extend_schema(operation_id="api_keys_list", responses=ApiKeyOutputSerializer(many=True))
@@ -55,17 +53,11 @@ class ApiKeyListCreateApi(APIView):
     def post(self, request: Request) -> Response:
         payload = self.ApiKeyCreateInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        project = Project.objects.filter(slug=payload.validated_data["project"]).first()
-        if project is None or selectors.user_role(user=request.user, project=project) is None:
-            raise ValidationError({"project": ["No such project of yours."]})
-        try:
-            api_key, key = api_key_create(
-                user=request.user, project=project, name=payload.validated_data["name"]
-            )
-        except PermissionDenied as error:
-            self.permission_denied(request, message=str(error))
-        except DjangoValidationError as error:
-            raise validation_error_from_django(error) from error
+        api_key, key = api_key_create(
+            user=request.user,
+            project=project_or_400(request, payload.validated_data["project"]),
+            name=payload.validated_data["name"],
+        )
         api_key.key = key
         data = ApiKeyCreatedOutputSerializer(api_key).data
         return Response(data, status=status.HTTP_201_CREATED, headers={"Cache-Control": "no-store"})
@@ -76,6 +68,7 @@ class ApiKeyRevokeApi(APIView):
 
     @extend_schema(operation_id="api_keys_revoke", request=None, responses=ApiKeyOutputSerializer)
     def post(self, request: Request, key_id: int) -> Response:
+        refuse_body(request)
         try:
             api_key = api_key_revoke(user=request.user, key_id=key_id)
         except ApiKey.DoesNotExist:

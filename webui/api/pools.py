@@ -8,18 +8,15 @@ change it (403); anyone else gets a 404.
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
-from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orchestrator import selectors
-from orchestrator.models import Membership, Pool, Worker
+from orchestrator.models import Membership, Pool
 from orchestrator.services.connections import conductor_connection_test, worker_connection_test
 from orchestrator.services.pools import (
     MAX_COST_BUDGET,
@@ -40,7 +37,8 @@ from orchestrator.services.pools import (
     worker_update,
     workers_reorder,
 )
-from webui.api.runs import validation_error_from_django
+from webui.api.inputs import InputSerializer, ProjectField, refuse_body
+from webui.api.lookups import admin_pool_or_403, pool_or_404, project_or_400, worker_or_404
 from webui.api.serializers import NumberField, StrictBooleanField, TextField, WholeNumberField
 from webui.converters import MAX_ID
 
@@ -116,7 +114,7 @@ class PoolListApi(APIView):
         return Response(serializer.data)
 
 
-class PoolCreateInputSerializer(serializers.Serializer):
+class PoolCreateInputSerializer(InputSerializer):
     """A pool's settings: the conductor (model or sim/conductor, API base, key variable, call
     parameters), the bounds of a run, how the conductor sees the workers."""
 
@@ -194,10 +192,10 @@ class PoolCreateInputSerializer(serializers.Serializer):
 
 
 class PoolInputSerializer(PoolCreateInputSerializer):
-    project = serializers.SlugField(help_text="The slug of a project you are an admin of.")
+    project = ProjectField(help_text="A project you are an admin of, by id or slug.")
 
 
-class WorkerInputSerializer(serializers.Serializer):
+class WorkerInputSerializer(InputSerializer):
     name = TextField(max_length=100)
     model = TextField(max_length=200, help_text="litellm model string: openai/..., sim/...")
     api_base = TextField(max_length=300, allow_blank=True, required=False)
@@ -329,38 +327,8 @@ class WorkerUsageOutputSerializer(serializers.Serializer):
     latency_p95 = serializers.FloatField(allow_null=True, help_text="Seconds.")
 
 
-def pool_or_404(request: Request, pool_id: int) -> Pool:
-    pool = selectors.pool_get(user=request.user, pool_id=pool_id)
-    if pool is None:
-        raise Http404("No such pool.")
-    return pool
-
-
-def admin_pool_or_error(view: APIView, request: Request, pool_id: int) -> Pool:
-    """The pool if the user is an admin of its project: 404 if they cannot see it, 403 if they
-    only read it."""
-    pool = pool_or_404(request, pool_id)
-    if pool.role != Membership.Role.ADMIN:
-        view.permission_denied(request, message="Only the project's admins may change its pools.")
-    return pool
-
-
-def worker_or_404(pool: Pool, worker_id: int) -> Worker:
-    worker = next((w for w in pool.all_workers if w.pk == worker_id), None)
-    if worker is None:
-        raise Http404("No such worker in this pool.")
-    return worker
-
-
 def _detail(request: Request, pool_id: int, code: int = status.HTTP_200_OK) -> Response:
     return Response(PoolDetailOutputSerializer(pool_or_404(request, pool_id)).data, status=code)
-
-
-def _saving(function, **kwargs):
-    try:
-        return function(**kwargs)
-    except DjangoValidationError as error:
-        raise validation_error_from_django(error) from error
 
 
 class PoolListCreateApi(PoolListApi):
@@ -375,12 +343,10 @@ class PoolListCreateApi(PoolListApi):
         payload = PoolInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         values = dict(payload.validated_data)
-        project = selectors.project_for(user=request.user, slug=values.pop("project"))
-        if project is None:
-            raise ValidationError({"project": ["No such project of yours."]})
+        project = project_or_400(request, values.pop("project"))
         if project.role != Membership.Role.ADMIN:
             self.permission_denied(request, message="Only the project's admins may add pools.")
-        pool = _saving(pool_create, project=project, actor=request.user, values=values)
+        pool = pool_create(project=project, actor=request.user, values=values)
         return _detail(request, pool.pk, status.HTTP_201_CREATED)
 
 
@@ -397,10 +363,10 @@ class PoolDetailApi(APIView):
         responses=PoolDetailOutputSerializer,
     )
     def patch(self, request: Request, pool_id: int) -> Response:
-        pool = admin_pool_or_error(self, request, pool_id)
+        pool = admin_pool_or_403(request, pool_id)
         payload = PoolCreateInputSerializer(data=request.data, partial=True)
         payload.is_valid(raise_exception=True)
-        _saving(pool_update, pool=pool, actor=request.user, values=dict(payload.validated_data))
+        pool_update(pool=pool, actor=request.user, values=dict(payload.validated_data))
         return _detail(request, pool_id)
 
 
@@ -413,12 +379,10 @@ class WorkerCreateApi(APIView):
         responses={201: WorkerDetailOutputSerializer},
     )
     def post(self, request: Request, pool_id: int) -> Response:
-        pool = admin_pool_or_error(self, request, pool_id)
+        pool = admin_pool_or_403(request, pool_id)
         payload = WorkerInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        worker = _saving(
-            worker_create, pool=pool, actor=request.user, values=dict(payload.validated_data)
-        )
+        worker = worker_create(pool=pool, actor=request.user, values=dict(payload.validated_data))
         return Response(WorkerDetailOutputSerializer(worker).data, status=status.HTTP_201_CREATED)
 
 
@@ -435,17 +399,18 @@ class WorkerDetailApi(APIView):
         responses=WorkerDetailOutputSerializer,
     )
     def patch(self, request: Request, pool_id: int, worker_id: int) -> Response:
-        worker = worker_or_404(admin_pool_or_error(self, request, pool_id), worker_id)
+        worker = worker_or_404(admin_pool_or_403(request, pool_id), worker_id)
         payload = WorkerInputSerializer(data=request.data, partial=True)
         payload.is_valid(raise_exception=True)
-        worker = _saving(
-            worker_update, worker=worker, actor=request.user, values=dict(payload.validated_data)
+        worker = worker_update(
+            worker=worker, actor=request.user, values=dict(payload.validated_data)
         )
         return Response(WorkerDetailOutputSerializer(worker).data)
 
     @extend_schema(operation_id="workers_delete", responses={200: RemovedOutputSerializer})
     def delete(self, request: Request, pool_id: int, worker_id: int) -> Response:
-        worker = worker_or_404(admin_pool_or_error(self, request, pool_id), worker_id)
+        worker = worker_or_404(admin_pool_or_403(request, pool_id), worker_id)
+        refuse_body(request)
         return Response({"deleted": worker_remove(worker=worker, actor=request.user)})
 
 
@@ -456,7 +421,8 @@ class WorkerDisableApi(APIView):
         operation_id="workers_disable", request=None, responses=WorkerDetailOutputSerializer
     )
     def post(self, request: Request, pool_id: int, worker_id: int) -> Response:
-        worker = worker_or_404(admin_pool_or_error(self, request, pool_id), worker_id)
+        worker = worker_or_404(admin_pool_or_403(request, pool_id), worker_id)
+        refuse_body(request)
         worker = worker_disable(worker=worker, actor=request.user)
         return Response(WorkerDetailOutputSerializer(worker).data)
 
@@ -476,7 +442,7 @@ class IdListField(serializers.ListField):
 class WorkerReorderApi(APIView):
     """Put a pool's workers in a new order (the conductor sees them as Model 0, 1, ...)."""
 
-    class ReorderInputSerializer(serializers.Serializer):
+    class ReorderInputSerializer(InputSerializer):
         order = IdListField(
             child=WholeNumberField(min_value=1, max_value=MAX_ID),
             max_length=MAX_WORKERS_PER_POOL,
@@ -489,11 +455,11 @@ class WorkerReorderApi(APIView):
         responses=WorkerDetailOutputSerializer(many=True),
     )
     def post(self, request: Request, pool_id: int) -> Response:
-        pool = admin_pool_or_error(self, request, pool_id)
+        pool = admin_pool_or_403(request, pool_id)
         payload = self.ReorderInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        workers = _saving(
-            workers_reorder, pool=pool, actor=request.user, order=payload.validated_data["order"]
+        workers = workers_reorder(
+            pool=pool, actor=request.user, order=payload.validated_data["order"]
         )
         return Response(WorkerDetailOutputSerializer(workers, many=True).data)
 
@@ -506,7 +472,8 @@ class WorkerConnectionTestApi(APIView):
         operation_id="workers_test_connection", request=None, responses=ConnectionOutputSerializer
     )
     def post(self, request: Request, pool_id: int, worker_id: int) -> Response:
-        worker = worker_or_404(admin_pool_or_error(self, request, pool_id), worker_id)
+        worker = worker_or_404(admin_pool_or_403(request, pool_id), worker_id)
+        refuse_body(request)
         result = worker_connection_test(worker=worker)
         return Response(ConnectionOutputSerializer(result).data)
 
@@ -518,7 +485,8 @@ class ConductorConnectionTestApi(APIView):
         operation_id="pools_test_connection", request=None, responses=ConnectionOutputSerializer
     )
     def post(self, request: Request, pool_id: int) -> Response:
-        pool = admin_pool_or_error(self, request, pool_id)
+        pool = admin_pool_or_403(request, pool_id)
+        refuse_body(request)
         result = conductor_connection_test(pool=pool)
         return Response(ConnectionOutputSerializer(result).data)
 

@@ -7,8 +7,6 @@ only admins may do.
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers, status
@@ -17,31 +15,17 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orchestrator import selectors
-from orchestrator.models import Membership, Project
+from orchestrator.models import Membership
 from orchestrator.services.members import (
     membership_change_role,
     membership_invite,
     membership_remove,
 )
-from webui.api.exports import _batched as batched
+from webui.api.inputs import InputSerializer, refuse_body
+from webui.api.lookups import admin_project_or_403, membership_or_404, project_or_404
 from webui.api.pagination import PagePagination
-from webui.api.runs import validation_error_from_django
 from webui.api.serializers import TextField
-from webui.audit_export import csv_lines, entry_changes
-
-
-def project_or_404(request: Request, slug: str) -> Project:
-    project = selectors.project_for(user=request.user, slug=slug)
-    if project is None:
-        raise Http404("No such project.")
-    return project
-
-
-def admin_project_or_error(view: APIView, request: Request, slug: str) -> Project:
-    project = project_or_404(request, slug)
-    if project.role != Membership.Role.ADMIN:
-        view.permission_denied(request, message="Only the project's admins may do this.")
-    return project
+from webui.audit_export import audit_csv_response, entry_changes
 
 
 class ProjectOutputSerializer(serializers.Serializer):
@@ -68,7 +52,7 @@ class ProjectListApi(APIView):
 class MemberListCreateApi(APIView):
     """``GET``: a project's members (any member). ``POST``: add an existing user (admins)."""
 
-    class InviteInputSerializer(serializers.Serializer):
+    class InviteInputSerializer(InputSerializer):
         username = TextField(max_length=150)
         role = serializers.ChoiceField(choices=Membership.Role.choices)
 
@@ -84,46 +68,33 @@ class MemberListCreateApi(APIView):
         responses={201: MemberOutputSerializer},
     )
     def post(self, request: Request, project_slug: str) -> Response:
-        project = admin_project_or_error(self, request, project_slug)
+        project = admin_project_or_403(request, project_slug)
         payload = self.InviteInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        try:
-            membership = membership_invite(
-                project=project, actor=request.user, **payload.validated_data
-            )
-        except DjangoValidationError as error:
-            raise validation_error_from_django(error) from error
+        membership = membership_invite(
+            project=project, actor=request.user, **payload.validated_data
+        )
         return Response(MemberOutputSerializer(membership).data, status=status.HTTP_201_CREATED)
-
-
-def _membership_or_404(project: Project, membership_id: int) -> Membership:
-    membership = selectors.project_members(project=project).filter(pk=membership_id).first()
-    if membership is None:
-        raise Http404("No such member of this project.")
-    return membership
 
 
 class MemberDetailApi(APIView):
     """``PATCH``: change a member's role. ``DELETE``: remove them. Admins; a project always
     keeps one admin."""
 
-    class RoleInputSerializer(serializers.Serializer):
+    class RoleInputSerializer(InputSerializer):
         role = serializers.ChoiceField(choices=Membership.Role.choices)
 
     @extend_schema(
         operation_id="members_update", request=RoleInputSerializer, responses=MemberOutputSerializer
     )
     def patch(self, request: Request, project_slug: str, membership_id: int) -> Response:
-        project = admin_project_or_error(self, request, project_slug)
-        membership = _membership_or_404(project, membership_id)
+        project = admin_project_or_403(request, project_slug)
+        membership = membership_or_404(project, membership_id)
         payload = self.RoleInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        try:
-            membership = membership_change_role(
-                membership=membership, actor=request.user, role=payload.validated_data["role"]
-            )
-        except DjangoValidationError as error:
-            raise validation_error_from_django(error) from error
+        membership = membership_change_role(
+            membership=membership, actor=request.user, role=payload.validated_data["role"]
+        )
         return Response(MemberOutputSerializer(membership).data)
 
     @extend_schema(
@@ -134,12 +105,10 @@ class MemberDetailApi(APIView):
         },
     )
     def delete(self, request: Request, project_slug: str, membership_id: int) -> Response:
-        project = admin_project_or_error(self, request, project_slug)
-        membership = _membership_or_404(project, membership_id)
-        try:
-            membership_remove(membership=membership, actor=request.user)
-        except DjangoValidationError as error:
-            raise validation_error_from_django(error) from error
+        project = admin_project_or_403(request, project_slug)
+        membership = membership_or_404(project, membership_id)
+        refuse_body(request)
+        membership_remove(membership=membership, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -189,7 +158,7 @@ class AuditListApi(APIView):
         responses=AuditEntryOutputSerializer(many=True),
     )
     def get(self, request: Request, project_slug: str) -> Response:
-        project = admin_project_or_error(self, request, project_slug)
+        project = admin_project_or_403(request, project_slug)
         filters = AuditFilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         entries = selectors.audit_entries(project=project, **filters.validated_data)
@@ -207,18 +176,8 @@ class AuditExportApi(APIView):
         responses={(200, "text/csv"): OpenApiTypes.STR},
     )
     def get(self, request: Request, project_slug: str):
-        project = admin_project_or_error(self, request, project_slug)
+        project = admin_project_or_403(request, project_slug)
         filters = AuditFilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         entries = selectors.audit_entries(project=project, **filters.validated_data)
         return audit_csv_response(project, entries)
-
-
-def audit_csv_response(project: Project, entries) -> StreamingHttpResponse:
-    """The CSV download of ``entries`` (streamed in chunks of rows from the database)."""
-    response = StreamingHttpResponse(
-        batched(csv_lines(entries.iterator(chunk_size=500))), content_type="text/csv; charset=utf-8"
-    )
-    response["Content-Disposition"] = f'attachment; filename="audit-{project.slug}.csv"'
-    response["Cache-Control"] = "no-store"
-    return response

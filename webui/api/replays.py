@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -18,7 +16,8 @@ from rest_framework.views import APIView
 from orchestrator import selectors, wire
 from orchestrator.models import Membership
 from orchestrator.services.replay import MAX_EDITS, replay_create
-from webui.api.runs import validation_error_from_django, visible_run_or_404
+from webui.api.inputs import InputSerializer
+from webui.api.lookups import visible_run_or_404
 from webui.api.serializers import (
     RunDetailOutputSerializer,
     TextField,
@@ -29,31 +28,7 @@ from webui.api.serializers import (
 from webui.converters import MAX_ID
 
 
-def flat_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
-    """DRF's nested errors of a list of objects as flat keys (``edits[0].step``), the form the
-    replay service gives and the schema documents (field: messages)."""
-    if isinstance(detail, dict):
-        flat: dict[str, list[str]] = {}
-        for key, value in detail.items():
-            name = (
-                f"{prefix}[{key}]"
-                if isinstance(key, int)
-                else (f"{prefix}.{key}" if prefix else str(key))
-            )
-            flat.update(flat_errors(value, name))
-        return flat
-    if isinstance(detail, list) and all(isinstance(item, str) for item in detail):
-        return {prefix or "non_field_errors": [str(item) for item in detail]}
-    if isinstance(detail, list):
-        flat = {}
-        for position, item in enumerate(detail):
-            if item:
-                flat.update(flat_errors(item, f"{prefix}[{position}]"))
-        return flat
-    return {prefix or "non_field_errors": [str(detail)]}
-
-
-class EditInputSerializer(serializers.Serializer):
+class EditInputSerializer(InputSerializer):
     step = WholeNumberField(min_value=1, max_value=MAX_ID, help_text="A step of the run.")
     instruction = TextField(required=False, allow_blank=True, help_text="Not empty.")
     worker = WholeNumberField(
@@ -72,7 +47,7 @@ class RunReplayCreateApi(APIView):
     """Replay a finished run with edits (admins of its project): a new run in the same pool that
     runs again only the edited steps and those reading them, reusing every other result."""
 
-    class InputSerializer(serializers.Serializer):
+    class ReplayInputSerializer(InputSerializer):
         edits = EditInputSerializer(
             many=True,
             required=False,
@@ -95,7 +70,7 @@ class RunReplayCreateApi(APIView):
 
     @extend_schema(
         operation_id="runs_replays_create",
-        request=InputSerializer,
+        request=ReplayInputSerializer,
         responses={201: RunDetailOutputSerializer},
     )
     def post(self, request: Request, run_id: int) -> Response:
@@ -104,20 +79,16 @@ class RunReplayCreateApi(APIView):
             Membership.Role.ADMIN
         ):
             self.permission_denied(request, message="Only admins of the project may replay runs.")
-        payload = self.InputSerializer(data=request.data)
-        if not payload.is_valid():
-            raise ValidationError(flat_errors(payload.errors))
+        payload = self.ReplayInputSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
         data: dict[str, Any] = payload.validated_data
-        try:
-            run = replay_create(
-                source=source,
-                actor=request.user,
-                edits=[dict(edit) for edit in data["edits"]],
-                replan_from=data["replan_from"],
-                fresh=data["fresh"],
-            )
-        except DjangoValidationError as error:
-            raise validation_error_from_django(error) from error
+        run = replay_create(
+            source=source,
+            actor=request.user,
+            edits=[dict(edit) for edit in data["edits"]],
+            replan_from=data["replan_from"],
+            fresh=data["fresh"],
+        )
         run = selectors.run_detail(user=request.user, run_id=run.pk)
         output = RunDetailOutputSerializer(run, context={"request": request})
         return Response(output.data, status=status.HTTP_201_CREATED)

@@ -11,9 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.exceptions import ObjectDoesNotExist
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
@@ -24,10 +22,17 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from orchestrator import selectors, wire
-from orchestrator.models import Project, Run, Step
+from orchestrator.models import Run
 from orchestrator.services import review as services
+from webui.api.inputs import InputSerializer, ProjectField, RunFilterSerializer, refuse_body
+from webui.api.lookups import (
+    comment_or_404,
+    failure_kind_or_404,
+    project_or_400,
+    run_or_400,
+    visible_run_or_404,
+)
 from webui.api.pagination import MAX_PAGE, PagePagination
-from webui.api.runs import RunListCreateApi, validation_error_from_django, visible_run_or_404
 from webui.api.serializers import (
     NumberField,
     RunSummaryOutputSerializer,
@@ -47,11 +52,10 @@ REVIEW_WRITERS = selectors.ROLES_THAT_RUN
 
 
 def _call(function, **arguments: Any) -> Any:
-    """Call a review service; its refusals become the API's statuses (400 keyed by field, 404)."""
+    """Call a review service: a run outside the user's projects (``ObjectDoesNotExist``) is a
+    404; its other refusals are the API's exception handler's."""
     try:
         return function(**arguments)
-    except DjangoValidationError as error:
-        raise validation_error_from_django(error) from error
     except ObjectDoesNotExist as error:
         raise Http404(str(error)) from error
 
@@ -143,7 +147,7 @@ class RunCommentListCreateApi(APIView):
     """``GET``: a run's comments, oldest first. ``POST``: comment on the run or one of its steps
     (reviewers and admins)."""
 
-    class CommentCreateInputSerializer(serializers.Serializer):
+    class CommentCreateInputSerializer(InputSerializer):
         body = TextField(
             max_length=services.MAX_COMMENT_CHARS, help_text="Markdown, shown as untrusted text."
         )
@@ -173,7 +177,7 @@ class RunCommentListCreateApi(APIView):
         payload.is_valid(raise_exception=True)
         step = None
         if payload.validated_data.get("step") is not None:
-            step = Step.objects.filter(run=run, pk=payload.validated_data["step"]).first()
+            step = selectors.run_step(run=run, step_id=payload.validated_data["step"])
             if step is None:
                 raise ValidationError({"step": ["No such step in this run."]})
         comment = _call(
@@ -190,14 +194,8 @@ class RunCommentListCreateApi(APIView):
 class CommentDetailApi(APIView):
     """``PATCH``: edit your comment. ``DELETE``: delete your comment (admins: any comment)."""
 
-    class CommentEditInputSerializer(serializers.Serializer):
+    class CommentEditInputSerializer(InputSerializer):
         body = TextField(max_length=services.MAX_COMMENT_CHARS)
-
-    def _comment(self, request: Request, comment_id: int):
-        comment = selectors.comment_get(user=request.user, comment_id=comment_id)
-        if comment is None:
-            raise Http404("No such comment.")
-        return comment
 
     @extend_schema(
         operation_id="comments_partial_update",
@@ -205,7 +203,7 @@ class CommentDetailApi(APIView):
         responses=CommentOutputSerializer,
     )
     def patch(self, request: Request, comment_id: int) -> Response:
-        comment = self._comment(request, comment_id)
+        comment = comment_or_404(request=request, comment_id=comment_id)
         if comment.author_id != request.user.pk:
             raise PermissionDenied("Only its author may edit a comment.")
         payload = self.CommentEditInputSerializer(data=request.data)
@@ -220,7 +218,8 @@ class CommentDetailApi(APIView):
 
     @extend_schema(operation_id="comments_destroy", request=None, responses={204: None})
     def delete(self, request: Request, comment_id: int) -> Response:
-        comment = self._comment(request, comment_id)
+        comment = comment_or_404(request=request, comment_id=comment_id)
+        refuse_body(request)
         _call(services.comment_delete, actor=request.user, comment=comment)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -228,7 +227,7 @@ class CommentDetailApi(APIView):
 class RunLabelAddApi(APIView):
     """Label a run with one of its project's failure kinds (reviewers and admins)."""
 
-    class LabelAddInputSerializer(serializers.Serializer):
+    class LabelAddInputSerializer(InputSerializer):
         kind = WholeNumberField(
             min_value=1, max_value=MAX_ID, help_text="A failure kind of the run's project."
         )
@@ -262,6 +261,7 @@ class RunLabelRemoveApi(APIView):
         kind = selectors.failure_kind_get(user=request.user, kind_id=kind_id)
         if kind is None or kind.project_id != run.project_id:
             raise Http404("No such failure kind in this run's project.")
+        refuse_body(request)
         review = _call(services.label_remove, actor=request.user, run=run, kind=kind)
         return Response(ReviewOutputSerializer(review).data)
 
@@ -269,7 +269,7 @@ class RunLabelRemoveApi(APIView):
 class RunAssignApi(APIView):
     """Assign a run's review to a reviewer or admin of its project, or to no one."""
 
-    class AssignInputSerializer(serializers.Serializer):
+    class AssignInputSerializer(InputSerializer):
         assignee = serializers.CharField(
             allow_null=True, max_length=150, help_text="A username; null: no one."
         )
@@ -287,7 +287,7 @@ class RunAssignApi(APIView):
         username = payload.validated_data["assignee"]
         assignee = None
         if username is not None:
-            assignee = get_user_model().objects.filter(username=username).first()
+            assignee = selectors.user_by_username(username=username)
             if assignee is None:
                 raise ValidationError(
                     {"assignee": ["Assign to a reviewer or admin of this project."]}
@@ -299,7 +299,7 @@ class RunAssignApi(APIView):
 class RunScoreApi(APIView):
     """Set a run's human score (0: wrong, 1: right), or clear it with null."""
 
-    class ScoreInputSerializer(serializers.Serializer):
+    class ScoreInputSerializer(InputSerializer):
         score = NumberField(allow_null=True, min_value=0.0, max_value=1.0)
 
     @extend_schema(
@@ -324,7 +324,7 @@ class RunScoreApi(APIView):
 class RunFlagApi(APIView):
     """Flag a run for review (it enters the review queue), or take the flag off."""
 
-    class FlagInputSerializer(serializers.Serializer):
+    class FlagInputSerializer(InputSerializer):
         flagged = StrictBooleanField()
 
     @extend_schema(
@@ -350,7 +350,7 @@ class RunResolutionApi(APIView):
     """``PUT``: resolve a run's review, with a note and optionally the run (a replay) that fixed
     it. ``DELETE``: reopen it. Both are in the project's audit log."""
 
-    class ResolveInputSerializer(serializers.Serializer):
+    class ResolveInputSerializer(InputSerializer):
         note = TextField(
             required=False, allow_blank=True, default="", max_length=services.MAX_NOTE_CHARS
         )
@@ -375,11 +375,9 @@ class RunResolutionApi(APIView):
         payload.is_valid(raise_exception=True)
         fixed_by = None
         if payload.validated_data["fixed_by"] is not None:
-            fixed_by = selectors.run_get(
-                user=request.user, run_id=payload.validated_data["fixed_by"]
+            fixed_by = run_or_400(
+                request=request, run_id=payload.validated_data["fixed_by"], field="fixed_by"
             )
-            if fixed_by is None:
-                raise ValidationError({"fixed_by": ["No such run of yours."]})
         review = _call(
             services.review_resolve,
             actor=request.user,
@@ -397,6 +395,7 @@ class RunResolutionApi(APIView):
     def delete(self, request: Request, run_id: int) -> Response:
         run = visible_run_or_404(request=request, run_id=run_id)
         _reviewer_or_403(request, run)
+        refuse_body(request)
         review = _call(services.review_reopen, actor=request.user, run=run)
         return Response(ReviewOutputSerializer(review).data)
 
@@ -404,10 +403,10 @@ class RunResolutionApi(APIView):
 # The queue and its insight -----------------------------------------------------------------------
 
 
-class QueueFilterSerializer(RunListCreateApi.FilterSerializer):
+class QueueFilterSerializer(RunFilterSerializer):
     """The runs list's filters, and the queue's own."""
 
-    project = serializers.SlugField(required=False, help_text="One of your projects, by slug.")
+    project = ProjectField(required=False, help_text="One of your projects, by id or slug.")
     kind = WholeNumberField(
         required=False, min_value=1, max_value=MAX_ID, help_text="A failure kind's id."
     )
@@ -425,12 +424,11 @@ class QueueFilterSerializer(RunListCreateApi.FilterSerializer):
 
 
 def _project_filter(request: Request, filters: dict[str, Any]) -> dict[str, Any]:
-    slug = filters.pop("project", None)
-    if slug:
-        project = Project.objects.filter(slug=slug).first()
-        if project is None or selectors.user_role(user=request.user, project=project) is None:
-            raise ValidationError({"project": ["No such project of yours."]})
-        filters["project"] = project
+    """``filters`` with the project it names (if any) found among the user's, else a 400."""
+    if filters.get("project"):
+        filters["project"] = project_or_400(request, filters["project"])
+    else:
+        filters.pop("project", None)
     return filters
 
 
@@ -461,7 +459,7 @@ class ReviewQueueApi(APIView):
 
 
 class InsightsQuerySerializer(serializers.Serializer):
-    project = serializers.SlugField(help_text="One of your projects, by slug.")
+    project = ProjectField(help_text="One of your projects, by id or slug.")
     days = WholeNumberField(required=False, min_value=1, max_value=MAX_INSIGHT_DAYS, default=30)
     threshold = serializers.FloatField(
         required=False, min_value=0.0, max_value=1.0, default=DEFAULT_THRESHOLD
@@ -526,10 +524,10 @@ class FailureKindListCreateApi(APIView):
     """``GET``: a project's failure kinds, in order. ``POST``: a new one (project admins)."""
 
     class FailureKindQuerySerializer(serializers.Serializer):
-        project = serializers.SlugField(help_text="One of your projects, by slug.")
+        project = ProjectField(help_text="One of your projects, by id or slug.")
 
-    class FailureKindCreateInputSerializer(serializers.Serializer):
-        project = serializers.SlugField(help_text="One of your projects, by slug.")
+    class FailureKindCreateInputSerializer(InputSerializer):
+        project = ProjectField(help_text="One of your projects, by id or slug.")
         name = TextField(max_length=services.MAX_KIND_NAME_CHARS)
 
     @extend_schema(
@@ -567,14 +565,8 @@ class FailureKindListCreateApi(APIView):
 class FailureKindDetailApi(APIView):
     """``PATCH``: rename a failure kind. ``DELETE``: delete one no run carries (admins)."""
 
-    class FailureKindRenameInputSerializer(serializers.Serializer):
+    class FailureKindRenameInputSerializer(InputSerializer):
         name = TextField(max_length=services.MAX_KIND_NAME_CHARS)
-
-    def _kind(self, request: Request, kind_id: int):
-        kind = selectors.failure_kind_get(user=request.user, kind_id=kind_id)
-        if kind is None:
-            raise Http404("No such failure kind.")
-        return kind
 
     @extend_schema(
         operation_id="failure_kinds_partial_update",
@@ -582,7 +574,7 @@ class FailureKindDetailApi(APIView):
         responses=FailureKindOutputSerializer,
     )
     def patch(self, request: Request, kind_id: int) -> Response:
-        kind = self._kind(request, kind_id)
+        kind = failure_kind_or_404(request=request, kind_id=kind_id)
         payload = self.FailureKindRenameInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         kind = _call(
@@ -595,6 +587,7 @@ class FailureKindDetailApi(APIView):
 
     @extend_schema(operation_id="failure_kinds_destroy", request=None, responses={204: None})
     def delete(self, request: Request, kind_id: int) -> Response:
-        kind = self._kind(request, kind_id)
+        kind = failure_kind_or_404(request=request, kind_id=kind_id)
+        refuse_body(request)
         _call(services.failure_kind_delete, actor=request.user, kind=kind)
         return Response(status=status.HTTP_204_NO_CONTENT)

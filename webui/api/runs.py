@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -15,9 +13,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from orchestrator import selectors, wire
-from orchestrator.models import Run
+from orchestrator import selectors
 from orchestrator.services.runs import run_cancel, run_create
+from webui.api.inputs import CHOICES, InputSerializer, RunFilterSerializer, refuse_body
+from webui.api.lookups import visible_run_detail_or_404, visible_run_or_404
 from webui.api.pagination import MAX_PAGE, PagePagination
 from webui.api.serializers import (
     RUN_SUMMARY_COLUMNS,
@@ -28,50 +27,13 @@ from webui.api.serializers import (
 )
 from webui.converters import MAX_ID
 
-CHOICES = selectors.run_choices()
-
-
-def validation_error_from_django(error: DjangoValidationError) -> ValidationError:
-    """A service's ValidationError as a 400 keyed by field."""
-    if hasattr(error, "message_dict"):
-        return ValidationError(error.message_dict)
-    return ValidationError({"non_field_errors": error.messages})
-
-
-def visible_run_or_404(*, request: Request, run_id: int) -> Run:
-    run = selectors.run_get(user=request.user, run_id=run_id)
-    if run is None:
-        raise Http404("No such run.")
-    return run
-
 
 class RunListCreateApi(APIView):
     """``GET``: the runs of the user's projects, newest first, filtered. ``POST``: start a run."""
 
-    class FilterSerializer(serializers.Serializer):
-        status = serializers.ChoiceField(choices=Run.Status.choices, required=False)
-        pool = WholeNumberField(required=False, min_value=1, max_value=MAX_ID)
-        strategy = serializers.ChoiceField(choices=CHOICES.strategies, required=False)
-        worker = serializers.CharField(
-            required=False,
-            max_length=100,
-            help_text="Text in the name or model string of a worker used by any step "
-            "(case-insensitive).",
-        )
-        verdict = serializers.ChoiceField(
-            choices=wire.VERDICTS,
-            required=False,
-            help_text="right, wrong, unscored, failed, cancelled or pending.",
-        )
-        created_after = serializers.DateTimeField(required=False)
-        created_before = serializers.DateTimeField(required=False)
-        score_min = serializers.FloatField(required=False)
-        score_max = serializers.FloatField(required=False)
-        q = serializers.CharField(
-            required=False, max_length=200, help_text="Text in the input or the answer."
-        )
+    FilterSerializer = RunFilterSerializer
 
-    class CreateInputSerializer(serializers.Serializer):
+    class CreateInputSerializer(InputSerializer):
         input = TextField(
             help_text="The question; at most CONDUCTOR_MAX_TEXT_BYTES (100 KB) in UTF-8."
         )
@@ -138,21 +100,18 @@ class RunListCreateApi(APIView):
         payload = self.CreateInputSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data: dict[str, Any] = payload.validated_data
-        pool = selectors.pools_for(user=request.user).filter(pk=data["pool"]).first()
+        pool = selectors.user_pool(user=request.user, pool_id=data["pool"])
         if pool is None:
             raise ValidationError({"pool": ["No such pool in your projects."]})
-        try:
-            run = run_create(
-                pool=pool,
-                input=data["input"],
-                strategy=data["strategy"],
-                strategy_options=data["strategy_options"],
-                reference=data["reference"],
-                grader=data["grader"],
-                created_by=request.user,
-            )
-        except DjangoValidationError as error:
-            raise validation_error_from_django(error) from error
+        run = run_create(
+            pool=pool,
+            input=data["input"],
+            strategy=data["strategy"],
+            strategy_options=data["strategy_options"],
+            reference=data["reference"],
+            grader=data["grader"],
+            created_by=request.user,
+        )
         output = RunSummaryOutputSerializer(run, context={"request": request})
         return Response(output.data, status=status.HTTP_201_CREATED)
 
@@ -162,9 +121,7 @@ class RunDetailApi(APIView):
 
     @extend_schema(operation_id="runs_retrieve", responses=RunDetailOutputSerializer)
     def get(self, request: Request, run_id: int) -> Response:
-        run = selectors.run_detail(user=request.user, run_id=run_id)
-        if run is None:
-            raise Http404("No such run.")
+        run = visible_run_detail_or_404(request=request, run_id=run_id)
         return Response(RunDetailOutputSerializer(run, context={"request": request}).data)
 
 
@@ -242,6 +199,7 @@ class RunCancelApi(APIView):
         run = visible_run_or_404(request=request, run_id=run_id)
         if not selectors.user_can_run(user=request.user, project=run.project_id):
             self.permission_denied(request, message="Only admins and reviewers may cancel runs.")
+        refuse_body(request)
         run = run_cancel(run_id=run.pk)
         run = selectors.run_get(user=request.user, run_id=run.pk)
         data = RunSummaryOutputSerializer(run, context={"request": request}).data
@@ -255,7 +213,7 @@ class RunListChangesApi(APIView):
     the cursor to ask from next. A client polls it to keep a list live; start from ``after=0``
     or the ``cursor`` of a first call with a large ``after``."""
 
-    class QuerySerializer(RunListCreateApi.FilterSerializer):
+    class QuerySerializer(RunFilterSerializer):
         after = WholeNumberField(
             min_value=0, max_value=2**63 - 1, help_text="The cursor of the previous call."
         )

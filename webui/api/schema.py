@@ -4,7 +4,8 @@ DRF answers errors the same way for every view: ``{"detail": "..."}`` (403, 404,
 or, for invalid input, an object keyed by field (400). Writing these on each view would repeat
 them and drift; this hook documents them for every operation from what the operation takes
 (path parameters, query parameters, a body), so the schema lists every status a client can get.
-It also says that an empty optional query parameter counts as absent, as DRF reads it.
+It also says that an empty optional query parameter counts as absent, as DRF reads it, and
+that a request body takes no field it does not declare (``webui.api.inputs.InputSerializer``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,27 @@ def _response(description: str, component: str) -> dict[str, Any]:
     }
 
 
+def _closed(schema: dict[str, Any], components: dict[str, Any], seen: set[str]) -> None:
+    """Mark every object of a request body's schema as taking only the properties it lists."""
+    reference = schema.get("$ref")
+    if reference:
+        name = reference.rsplit("/", 1)[-1]
+        if name not in seen and name in components:
+            seen.add(name)
+            _closed(components[name], components, seen)
+        return
+    if "properties" in schema:
+        schema.setdefault("additionalProperties", False)
+        for child in schema["properties"].values():
+            _closed(child, components, seen)
+    for key in ("items",):
+        if isinstance(schema.get(key), dict):
+            _closed(schema[key], components, seen)
+    for key in ("allOf", "oneOf", "anyOf"):
+        for child in schema.get(key, []):
+            _closed(child, components, seen)
+
+
 def document_error_responses(result: dict[str, Any], generator, request, public) -> dict:
     """drf-spectacular postprocessing hook: add the error responses each operation can give."""
     result.setdefault("components", {}).setdefault("schemas", {}).update(_COMPONENTS)
@@ -73,6 +95,8 @@ def document_error_responses(result: dict[str, Any], generator, request, public)
             if any(parameter.get("in") == "path" for parameter in parameters):
                 errors["404"] = _response("No such object among those you can see.", DETAIL)
             if "requestBody" in operation:
+                for media in operation["requestBody"].get("content", {}).values():
+                    _closed(media.get("schema", {}), result["components"]["schemas"], set())
                 errors["400"] = _response("Invalid input.", INVALID)
                 errors["413"] = _response("The request body is over the size limit.", DETAIL)
                 errors["415"] = _response("The body is not JSON.", DETAIL)

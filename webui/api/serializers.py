@@ -15,7 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import ISO_8601, serializers
 from rest_framework.settings import api_settings
 
-from orchestrator import wire
+from orchestrator import selectors, wire
 from orchestrator.models import Step
 
 # What each kind of output field gives in JSON, as the wire shapes spell it.
@@ -80,11 +80,15 @@ class WholeNumberField(serializers.IntegerField):
 
 
 class TextField(serializers.CharField):
-    """Text that must arrive as a string: DRF's CharField also turns 0 or 1.5 into "0", "1.5"."""
+    """Text that must arrive as a string: DRF's CharField also turns 0 or 1.5 into "0", "1.5".
+    Its length is the length sent, as the schema's maxLength says (DRF counts it after trimming
+    whitespace)."""
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
             self.fail("invalid")
+        if self.max_length is not None and len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
         return super().to_internal_value(data)
 
 
@@ -361,7 +365,7 @@ class StepDetailOutputSerializer(StepWithResponseOutputSerializer):
 
     @extend_schema_field(NestedRunOutputSerializer(many=True))
     def get_nested_runs(self, step) -> list[dict]:
-        runs = step.nested_runs.order_by("id").values("id", "status")
+        runs = selectors.step_nested_runs(step=step)
         return NestedRunOutputSerializer(runs, many=True).data
 
 

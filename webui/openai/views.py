@@ -371,7 +371,7 @@ async def _stream(
 
 @sync_to_async
 def _finished_run(run_id: int) -> Run:
-    return Run.objects.get(pk=run_id)
+    return selectors.run_finished_row(run_id=run_id)
 
 
 async def run_events(run_id: int) -> AsyncIterator[dict[str, Any]]:

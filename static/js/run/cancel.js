@@ -2,6 +2,7 @@
 // the API and leaves the rest to the run's live events: run.finished hides it and redraws the
 // steps the cancel closed. 202 means the server queued the cancel behind a busy database.
 
+import { sendJSON } from "../http.js";
 import { RUN_FINISHED } from "./statuses.js";
 
 export class CancelButton {
@@ -21,12 +22,8 @@ export class CancelButton {
     this.button.disabled = true;
     this.message.textContent = "Cancelling…";
     try {
-      const response = await fetch(this.form.action, {
-        method: "POST",
-        credentials: "same-origin",
-        headers: { Accept: "application/json", "X-CSRFToken": this.form.elements.csrfmiddlewaretoken.value },
-      });
-      const body = await response.json().catch(() => ({}));
+      const response = await sendJSON(this.form.action, { csrf: this.form });
+      const body = response.body || {};
       if (!response.ok) throw new Error(body.detail || `${response.status} ${response.statusText}`);
       if (response.status === 202) this.message.textContent = "Cancel requested: the run stops as soon as the database is free.";
       else if (body.status !== "cancelled") this.message.textContent = `The run had already ${body.status}.`;

@@ -3,6 +3,7 @@
 // websocket, which sends only the events after that seq. Events are queued as they arrive and applied once per animation frame, so a
 // burst of events costs one DOM and graph update, not one each.
 
+import { getJSON } from "../http.js";
 import { GraphView } from "./graph.js";
 import { RunHeader } from "./header.js";
 import { LiveConnection } from "./live.js";
@@ -20,10 +21,8 @@ const runId = Number(root.dataset.runId);
 const apiRoot = root.dataset.apiRoot;
 
 // Plain same-origin GETs (session cookie, JSON by default): a step's details, a folded round.
-async function api(path) {
-  const response = await fetch(`${apiRoot}${path}`, { credentials: "same-origin" });
-  if (!response.ok) throw new Error(`${response.status} ${response.statusText}`);
-  return response.json();
+function api(path) {
+  return getJSON(`${apiRoot}${path}`);
 }
 
 const pageState = JSON.parse(document.getElementById("run-state").textContent);

@@ -4,6 +4,8 @@
 // checks again). A replay is made with POST /api/runs/{id}/replays/, then its page is opened: it
 // runs live there like any run, its reused steps drawn as reused.
 
+import { errorText } from "../form_errors.js";
+import { sendJSON } from "../http.js";
 import { element, formatScore, shortInstruction, stepName } from "./format.js";
 import { RUN_FINISHED } from "./statuses.js";
 
@@ -181,15 +183,9 @@ export class ReplayControls {
     this.busy = true;
     if (status) status.textContent = "Creating the replay…";
     try {
-      const response = await fetch(`${this.apiRoot}runs/${this.runId}/replays/`, {
-        method: "POST",
-        credentials: "same-origin",
-        headers: { Accept: "application/json", "Content-Type": "application/json", "X-CSRFToken": this.csrfToken },
-        body: JSON.stringify(body),
-      });
-      const answer = await response.json().catch(() => ({}));
-      if (!response.ok) throw new Error(errorText(answer) || `${response.status} ${response.statusText}`);
-      window.location.assign(`/runs/${answer.id}/`);
+      const response = await sendJSON(`${this.apiRoot}runs/${this.runId}/replays/`, { csrf: this.csrfToken, body });
+      if (!response.ok) throw new Error(errorText(response.body) || `${response.status} ${response.statusText}`);
+      window.location.assign(`/runs/${response.body.id}/`);
     } catch (error) {
       if (status) status.textContent = `Could not replay: ${error.message}`;
       this.busy = false;
@@ -199,14 +195,6 @@ export class ReplayControls {
 
 export function compareUrl(first, second) {
   return `/compare/?runs=${first},${second}`;
-}
-
-// A 400's fields and messages in one line: "edits[0].worker: No enabled worker ...".
-function errorText(body) {
-  if (body.detail) return body.detail;
-  return Object.entries(body)
-    .map(([field, messages]) => `${field}: ${[].concat(messages).join(" ")}`)
-    .join("; ");
 }
 
 function editsSummary(edits) {

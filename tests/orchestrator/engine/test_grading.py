@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.engine import grading, sandbox
+from orchestrator.engine import code_grading, sandbox
 from orchestrator.engine.grading import (
     ExpressionError,
     GradingUnavailable,
@@ -169,7 +169,9 @@ def test_code_fails_on_wrong_broken_or_evasive_code(code_sandbox, answer):
 
 
 def test_code_that_never_ends_is_stopped_by_the_time_limit(code_sandbox, monkeypatch):
-    monkeypatch.setattr(grading, "CODE_LIMITS", replace(grading.CODE_LIMITS, wall_seconds=1.0))
+    monkeypatch.setattr(
+        code_grading, "CODE_LIMITS", replace(code_grading.CODE_LIMITS, wall_seconds=1.0)
+    )
     started = time.monotonic()
     assert grade("while True:\n    pass\n", TESTS, "code") == 0.0
     assert time.monotonic() - started < 5

@@ -29,8 +29,16 @@ ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.usefixtures("code_sandbox")
 
 
-def sandbox_pids() -> list[int]:
-    """Processes on this machine (outside any namespace) whose real uid is the sandbox's."""
+@pytest.fixture
+def own_slot():
+    """A sandbox slot held by the test: while it is held, its uid and cgroup are this test's
+    sandbox's alone, whatever else grades on the machine."""
+    with sandbox.slots(1) as (slot,):
+        yield slot
+
+
+def sandbox_pids(uid: int) -> list[int]:
+    """Processes on this machine (outside any namespace) whose real uid is ``uid``."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -40,19 +48,21 @@ def sandbox_pids() -> list[int]:
         except OSError:
             continue
         uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
-        if int(uid_line.split()[1]) == sandbox.SANDBOX_UID:
+        if int(uid_line.split()[1]) == uid:
             pids.append(int(entry.name))
     return pids
 
 
-def assert_nothing_left_running() -> None:
-    deadline = time.monotonic() + 0.5
-    while sandbox_pids() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert sandbox_pids() == [], "sandbox processes outlived the sandbox"
+def assert_nothing_left_running(slot: sandbox.Slot) -> None:
+    """Nothing of this test's own sandbox outlived it: no process of its uid, none in its
+    cgroup."""
+    assert sandbox_pids(slot.uid) == [], "sandbox processes outlived the sandbox"
+    for directory in slot.directories:
+        procs = directory / "cgroup.procs"
+        assert not procs.exists() or procs.read_text().split() == []
 
 
-def test_code_runs_as_the_unprivileged_user_with_an_empty_environment(monkeypatch):
+def test_code_runs_as_the_unprivileged_user_with_an_empty_environment(monkeypatch, own_slot):
     monkeypatch.setenv("CONDUCTOR_TEST_API_KEY", "sk-should-never-be-seen")
     script = (
         "import os, time\n"
@@ -63,12 +73,12 @@ def test_code_runs_as_the_unprivileged_user_with_an_empty_environment(monkeypatc
 
     def run() -> None:
         nonlocal outcome
-        outcome = run_python(script=script, limits=Limits(wall_seconds=10))
+        outcome = run_python(script=script, limits=Limits(wall_seconds=10), slot=own_slot)
 
     thread = threading.Thread(target=run)
     thread.start()
     time.sleep(0.7)
-    seen_from_outside = sandbox_pids()
+    seen_from_outside = sandbox_pids(own_slot.uid)
     thread.join()
 
     assert outcome is not None and outcome.ok, outcome
@@ -77,7 +87,8 @@ def test_code_runs_as_the_unprivileged_user_with_an_empty_environment(monkeypatc
     # Only what Python itself sets: nothing of the server's environment.
     assert set(ast.literal_eval(names)) <= {"PWD", "LC_CTYPE"}
     assert "sk-should-never-be-seen" not in outcome.stdout
-    # Seen from the host, every process of the sandbox is the unprivileged user, not root.
+    # Seen from the host, every process of the sandbox is its slot's unprivileged uid, not root.
+    assert outcome.uid == own_slot.uid >= sandbox.UID_BASE
     assert seen_from_outside, "the sandbox's processes were not found"
     for pid in seen_from_outside:
         try:
@@ -85,8 +96,8 @@ def test_code_runs_as_the_unprivileged_user_with_an_empty_environment(monkeypatc
         except OSError:
             continue
         uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
-        assert set(uids) == {"65534"}
-    assert os.getuid() != sandbox.SANDBOX_UID
+        assert set(uids) == {str(own_slot.uid)}
+    assert os.getuid() != own_slot.uid
 
 
 def test_the_parents_environment_cannot_be_read_through_proc():
@@ -167,7 +178,7 @@ def test_the_database_and_project_files_cannot_be_read():
     for path in paths:
         assert f"BLOCKED {path} " in outcome.stdout, (path, outcome.stdout)
     visible = ast.literal_eval(outcome.stdout.split("ROOT ", 1)[1])
-    system = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "proc", "dev", "tmp"}
+    system = {"usr", "lib", "lib32", "lib64", "libx32", "proc", "dev", "tmp"}
     assert set(visible) <= system
 
 
@@ -240,7 +251,7 @@ def test_nothing_can_be_written_outside_the_working_directory(tmp_path):
     assert not Path("/escaped").exists() and not Path("/usr/escaped").exists()
 
 
-def test_a_fork_bomb_is_held_to_the_process_limit_and_killed_with_the_sandbox():
+def test_a_fork_bomb_is_held_to_the_process_limit_and_killed_with_the_sandbox(own_slot):
     limits = Limits(wall_seconds=3, processes=16, cpu_seconds=5)
     counting = (
         "import os, time\n"
@@ -255,19 +266,19 @@ def test_a_fork_bomb_is_held_to_the_process_limit_and_killed_with_the_sandbox():
         "    print('REFUSED', type(error).__name__)\n"
         "print('CHILDREN', children, flush=True)\n"
     )
-    outcome = run_python(script=counting, limits=limits)
+    outcome = run_python(script=counting, limits=limits, slot=own_slot)
     assert "REFUSED" in outcome.stdout, outcome
     assert int(outcome.stdout.split("CHILDREN ")[1]) < limits.processes
-    assert_nothing_left_running()  # the sleeping children died with the sandbox
+    assert_nothing_left_running(own_slot)  # the sleeping children died with the sandbox
 
     bomb = (
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     )
     started = time.monotonic()
-    outcome = run_python(script=bomb, limits=limits)
+    outcome = run_python(script=bomb, limits=limits, slot=own_slot)
     assert outcome.timed_out and outcome.exit_code is None
     assert time.monotonic() - started < limits.wall_seconds + 2
-    assert_nothing_left_running()
+    assert_nothing_left_running(own_slot)
     # The machine is fine afterwards: the next sandbox runs normally.
     assert run_python(script="print('after')", limits=Limits(wall_seconds=10)).stdout == "after\n"
 
@@ -297,13 +308,13 @@ def test_allocating_past_the_memory_limit_fails():
     ],
     ids=["spin", "sleep", "spin-with-outputs-closed"],
 )
-def test_a_program_that_never_ends_is_killed_at_the_wall_limit(script):
+def test_a_program_that_never_ends_is_killed_at_the_wall_limit(script, own_slot):
     limits = Limits(wall_seconds=1.5, cpu_seconds=60)
     started = time.monotonic()
-    outcome = run_python(script=script, limits=limits)
+    outcome = run_python(script=script, limits=limits, slot=own_slot)
     assert outcome.timed_out and outcome.exit_code is None
     assert time.monotonic() - started < limits.wall_seconds + 1.5
-    assert_nothing_left_running()
+    assert_nothing_left_running(own_slot)
 
 
 def test_a_busy_loop_is_killed_at_the_cpu_limit():
@@ -315,7 +326,7 @@ def test_a_busy_loop_is_killed_at_the_cpu_limit():
 
 
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
-def test_printing_gigabytes_is_cut_at_the_output_limit_without_filling_memory(stream):
+def test_printing_gigabytes_is_cut_at_the_output_limit_without_filling_memory(stream, own_slot):
     limits = Limits(wall_seconds=15, output_bytes=64 * 2**10)
     script = (
         "import sys\n"
@@ -325,7 +336,7 @@ def test_printing_gigabytes_is_cut_at_the_output_limit_without_filling_memory(st
     )
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB
     started = time.monotonic()
-    outcome = run_python(script=script, limits=limits)
+    outcome = run_python(script=script, limits=limits, slot=own_slot)
     elapsed = time.monotonic() - started
     peak_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
@@ -333,7 +344,7 @@ def test_printing_gigabytes_is_cut_at_the_output_limit_without_filling_memory(st
     assert len(getattr(outcome, stream)) == limits.output_bytes
     assert elapsed < 5, "the sandbox was not stopped at the output limit"
     assert peak_after - peak_before < 20 * 2**10, "the parent's memory grew with the output"
-    assert_nothing_left_running()
+    assert_nothing_left_running(own_slot)
 
 
 def test_a_large_input_the_program_never_reads_does_not_block_the_caller():
@@ -363,3 +374,133 @@ def test_a_bwrap_that_cannot_start_refuses_instead_of_running_the_code(monkeypat
         monkeypatch.undo()
         sandbox.forget_probe()
     assert sandbox.sandbox_problem() is None
+
+
+def test_only_what_python_needs_is_visible():
+    """Not /usr/local (another Python, its packages), not the system's other programs or
+    packages: the Python binary, its standard library, shared libraries and the loader."""
+    script = (
+        "import os, sys\n"
+        "for path in ['/usr/local', '/usr/lib/python3/dist-packages', '/usr/share', '/usr/sbin',\n"
+        "             '/usr/bin/bwrap', '/usr/bin/sh', '/bin/sh', '/etc']:\n"
+        "    print('SEEN' if os.path.exists(path) else 'ABSENT', path)\n"
+        "print('USR', sorted(os.listdir('/usr')))\n"
+        "print('BIN', sorted(os.listdir('/usr/bin')))\n"
+        "import json, sqlite3, unittest, doctest, decimal\n"
+        "print('STDLIB ok')\n"
+    )
+    outcome = run_python(script=script, limits=Limits(wall_seconds=10))
+    assert outcome.ok, outcome
+    assert "SEEN" not in outcome.stdout, outcome.stdout
+    assert "USR ['bin', 'lib', 'lib64']" in outcome.stdout or "USR ['bin', 'lib']" in outcome.stdout
+    assert "BIN ['python3']" in outcome.stdout
+    assert "STDLIB ok" in outcome.stdout
+
+
+def test_memory_is_bounded_over_all_of_a_sandboxs_processes(own_slot):
+    """Six children of 200 MB each, every one under the per-process limit, are more than the
+    sandbox's 384 MB together: the cgroup holds them to it, whatever they do."""
+    limits = Limits(wall_seconds=20, memory_bytes=384 * 2**20, cpu_seconds=20)
+    script = (
+        "import os, time\n"
+        "children = []\n"
+        "for _ in range(6):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        try:\n"
+        "            block = bytearray(b'x' * (200 * 2**20))\n"
+        "            time.sleep(3)\n"
+        "        finally:\n"
+        "            os._exit(0)\n"
+        "    children.append(pid)\n"
+        "survived = 0\n"
+        "for pid in children:\n"
+        "    _, status = os.waitpid(pid, 0)\n"
+        "    survived += os.WIFEXITED(status)\n"
+        "print('SURVIVED', survived, flush=True)\n"
+    )
+    outcome = run_python(script=script, limits=limits, slot=own_slot)
+    assert outcome.peak_memory_bytes is not None
+    assert outcome.peak_memory_bytes <= limits.memory_bytes
+    # At most one child's 200 MB fit beside another's: the rest were killed by the cgroup.
+    survived = int(outcome.stdout.split("SURVIVED ")[1]) if "SURVIVED" in outcome.stdout else 0
+    assert survived < 6
+    assert_nothing_left_running(own_slot)
+
+
+def test_two_sandboxes_share_no_limit():
+    """A fork bomb and a memory hog, each in its own sandbox, at the same time as a third that
+    forks a few children and allocates: the third runs as if alone."""
+    bomb = (
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    )
+    hog = (
+        "import os\nblocks = []\nfor _ in range(4):\n    os.fork()\n"
+        "while True:\n    blocks.append(bytearray(b'x' * 2**24))\n"
+    )
+    polite = (
+        "import os, time\n"
+        "time.sleep(1)\n"  # while the others are at their worst
+        "pids = [os.fork() or os._exit(0) for _ in range(8)]\n"
+        "for pid in pids:\n    os.waitpid(pid, 0)\n"
+        "data = bytearray(b'y' * (100 * 2**20))\n"
+        "print('FINE', len(pids), len(data) // 2**20, flush=True)\n"
+    )
+    results: dict[str, object] = {}
+
+    def run(name: str, script: str, limits: Limits) -> None:
+        results[name] = run_python(script=script, limits=limits)
+
+    hostile = Limits(wall_seconds=4, processes=64, memory_bytes=256 * 2**20, cpu_seconds=8)
+    threads = [
+        threading.Thread(target=run, args=("bomb", bomb, hostile)),
+        threading.Thread(target=run, args=("hog", hog, hostile)),
+        threading.Thread(
+            target=run, args=("polite", polite, Limits(wall_seconds=15, processes=16))
+        ),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    polite_outcome = results["polite"]
+    assert isinstance(polite_outcome, sandbox.Outcome)
+    assert polite_outcome.ok, polite_outcome
+    assert polite_outcome.stdout == "FINE 8 100\n"
+    uids = {outcome.uid for outcome in results.values()}  # type: ignore[attr-defined]
+    assert len(uids) == 3, "each sandbox had a uid of its own"
+
+
+def test_no_new_user_namespace_and_no_way_back_to_root():
+    """The two ways out of the sandbox's own namespaces: a user namespace of its own (where it
+    would be root again) and a setuid program or call. Both are refused, and it holds no
+    capability."""
+    script = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "CLONE_NEWUSER = 0x10000000\n"
+        "result = libc.unshare(CLONE_NEWUSER)\n"
+        "print('UNSHARE', result, os.strerror(ctypes.get_errno()) if result else 'done')\n"
+        "for call, arg in ((os.setuid, 0), (os.setgid, 0), (os.seteuid, 0)):\n"
+        "    try:\n"
+        "        call(arg)\n"
+        "        print('BECAME', call.__name__)\n"
+        "    except OSError:  # EPERM, or EINVAL: root is not even mapped here\n"
+        "        print('REFUSED', call.__name__)\n"
+        "status = dict(line.split(':\\t', 1) for line in open('/proc/self/status').read().splitlines()\n"
+        "              if ':\\t' in line)\n"
+        "print('CAPS', status['CapEff'].strip(), status['CapPrm'].strip())\n"
+        "print('NONEWPRIVS', status['NoNewPrivs'].strip())\n"
+        "mounts = [line.split()[4:6] for line in open('/proc/self/mountinfo')]\n"
+        "print('SUID MOUNTS', [point for point, options in mounts if 'nosuid' not in options])\n"
+    )
+    outcome = run_python(script=script, limits=Limits(wall_seconds=15))
+    assert outcome.ok, outcome
+    assert "UNSHARE -1" in outcome.stdout
+    assert "BECAME" not in outcome.stdout and outcome.stdout.count("REFUSED") == 3
+    assert "CAPS 0000000000000000 0000000000000000" in outcome.stdout
+    assert "NONEWPRIVS 1" in outcome.stdout
+    # A setuid file (a system helper among the shared libraries) gains nothing: no mount honours
+    # the bit.
+    assert "SUID MOUNTS []" in outcome.stdout

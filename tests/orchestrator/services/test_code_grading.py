@@ -72,6 +72,49 @@ def test_a_code_reference_is_refused_where_the_sandbox_cannot_run(
     assert "apt-get install bubblewrap" in message and "CONDUCTOR_CODE_GRADING=off" in message
 
 
+@pytest.mark.parametrize(
+    "reference, says",
+    [
+        ("4", "The reference has no test to run"),
+        ("assert add(1, 2) ==", "The reference is not valid Python: line 1"),
+    ],
+)
+def test_a_code_reference_that_cannot_run_is_refused_naming_the_field(
+    code_sandbox, sim_pool, project_admin, reference, says
+):
+    with pytest.raises(ValidationError) as excinfo:
+        run_create(
+            pool=sim_pool, input="Write add(a, b).", reference=reference, grader="code",
+            created_by=project_admin, enqueue=False,
+        )  # fmt: skip
+    (message,) = excinfo.value.message_dict["reference"]
+    assert message.startswith(says)
+    assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [
+        "import unittest\nfrom solution import *\n\n\nclass T(unittest.TestCase):\n"
+        "    def test_it(self):\n        self.assertTrue(callable(sum_multiples))\n\n\n"
+        "unittest.main()\n",
+        ">>> callable(sum_multiples)\nTrue\n",
+    ],
+    ids=["unittest-main", "doctest"],
+)
+def test_references_as_people_write_them_score_a_right_run(
+    code_sandbox, sim_pool, execute, project_admin, reference
+):
+    set_code_skill(sim_pool, 1.0)
+    run = run_create(
+        pool=sim_pool, input=CODE_TASK.question, strategy="single", reference=reference,
+        grader="code", created_by=project_admin, enqueue=False,
+    )  # fmt: skip
+    run = execute(run)
+    assert run.status == Run.Status.SUCCEEDED, run.error
+    assert run.score == 1.0 and run.error == ""
+
+
 # Scored at the end of the run ---------------------------------------------------------------------
 
 

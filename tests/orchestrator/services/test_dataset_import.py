@@ -67,6 +67,10 @@ def test_a_good_csv_file_with_a_bom_quotes_and_comma_separated_tags(project, pro
             'line 2: grader: unknown grader "vibes"',
         ),
         ('{"input": "q", "grader": "exact"}', "line 2: grader: a grader needs a reference"),
+        (
+            '{"input": "q", "reference": "4", "grader": "code"}',
+            "line 2: reference: The reference has no test to run",
+        ),
         ('{"input": "q", "tags": "a"}', None),  # a string of tags is accepted
         ('{"input": "q", "tags": [1]}', "line 2: tags: give a list of text tags"),
         ('{"input": "q", "tags": ["' + "t" * 51 + '"]}', "line 2: tags: a tag is at most 50"),

@@ -227,9 +227,10 @@ def test_experiment_input_errors_name_their_field(
     cases = [
         ({"dataset": 999999, "arms": [arm]}, "dataset"),
         ({"dataset": dataset.pk, "arms": []}, "arms"),
-        ({"dataset": dataset.pk, "arms": [{**arm, "pool": 999999}]}, "arms"),
+        ({"dataset": dataset.pk, "arms": [{**arm, "pool": 999999}]}, "arms[0].pool"),
         ({"dataset": dataset.pk, "arms": [{**arm, "options": {"worker": 50}}]}, "arms"),
-        ({"dataset": dataset.pk, "arms": [{**arm, "strategy": "nope"}]}, "arms"),
+        ({"dataset": dataset.pk, "arms": [arm, {**arm, "strategy": "nope"}]}, "arms[1].strategy"),
+        ({"dataset": dataset.pk, "arms": [{**arm, "option": {"worker": 1}}]}, "arms[0].option"),
         ({"dataset": dataset.pk, "arms": [arm], "sample": 0}, "sample"),
     ]
     for payload, field in cases:
