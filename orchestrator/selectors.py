@@ -280,6 +280,17 @@ def run_list(
     )
 
 
+def run_has_fallback(*, run: Run) -> bool:
+    """Whether a run's plan of some round is its pool's fallback (``fell_back`` when the run
+    came annotated by ``run_list``; its prefetched plans, or one query, otherwise)."""
+    fell_back = getattr(run, "fell_back", None)
+    if fell_back is not None:
+        return bool(fell_back)
+    if "plans" in getattr(run, "_prefetched_objects_cache", {}):
+        return any(plan.fallback for plan in run.plans.all())
+    return run.pk is not None and run.plans.exclude(fallback="").exists()
+
+
 def run_fell_back() -> Exists:
     """Whether a run's plan of some round is its pool's fallback, not the conductor's (an
     annotation: no column stores it)."""

@@ -136,12 +136,7 @@ RUN_SUMMARY_COLUMNS = (
 
 
 def _fell_back(run) -> bool:
-    fell_back = getattr(run, "fell_back", None)
-    if fell_back is not None:
-        return bool(fell_back)
-    if "plans" in getattr(run, "_prefetched_objects_cache", {}):
-        return any(plan.fallback for plan in run.plans.all())
-    return run.pk is not None and run.plans.exclude(fallback="").exists()
+    return selectors.run_has_fallback(run=run)
 
 
 def run_summary_row(run) -> dict[str, typing.Any]:
