@@ -501,6 +501,12 @@ def run_events_after(*, run_id: int, seq: int) -> list[dict[str, Any]]:
     )
 
 
+def run_progress(*, run_id: int) -> tuple[int, str, str] | None:
+    """A run's last seq, status and executor (None once it is deleted): what a socket whose
+    channel layer cannot reach the executing process reads to tell whether there is more."""
+    return Run.objects.filter(pk=run_id).values_list("last_seq", "status", "executor").first()
+
+
 def run_page_state(*, run: Run) -> wire.PageState:
     """What the run page draws, read once: the run's snapshot, the seq it is current to (the
     page's socket then asks for the events after it), and its graph laid out from that same
