@@ -3,7 +3,16 @@
 from django.urls import path
 
 import webui.converters  # noqa: F401  (registers the <id:...> path converter)
-from webui import account, batches, experiment_pages, pool_pages, projects, review, views
+from webui import (
+    account,
+    analytics,
+    batches,
+    experiment_pages,
+    pool_pages,
+    projects,
+    review,
+    views,
+)
 
 urlpatterns = [
     path("", views.runs_list, name="runs"),
@@ -45,4 +54,5 @@ urlpatterns = [
     path("audit/export.csv", projects.audit_export, name="audit-export"),
     path("review/", review.review_queue, name="review-queue"),
     path("review/insights/", review.review_insights, name="review-insights"),
+    path("analytics/", analytics.analytics_page, name="analytics"),
 ]

@@ -26,6 +26,23 @@ PAGE_SIZE = 50
 LINE_LIMIT = 160
 
 
+class DayOrMomentField(forms.Field):
+    """A whole day (``2026-12-07``) or a moment (ISO 8601 with a time, as the analytics page's
+    points link to an hour's runs); a moment without a zone is UTC."""
+
+    def to_python(self, value: Any) -> dt.date | dt.datetime | None:
+        text = (value or "").strip()
+        if not text:
+            return None
+        try:
+            if len(text) == 10:
+                return dt.date.fromisoformat(text)
+            moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise forms.ValidationError("Give a date (YYYY-MM-DD) or a date and time.") from None
+        return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
 class RunFilterForm(forms.Form):
     """The runs list's filters, as they arrive in the query string. Every field is optional."""
 
@@ -34,8 +51,8 @@ class RunFilterForm(forms.Form):
     pool = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
     strategy = forms.ChoiceField(required=False)
     worker = forms.CharField(required=False, max_length=100, strip=True)
-    created_after = forms.DateField(required=False, label="From")
-    created_before = forms.DateField(required=False, label="To")
+    created_after = DayOrMomentField(required=False, label="From")
+    created_before = DayOrMomentField(required=False, label="To")
     score_min = forms.FloatField(required=False, label="Score ≥")
     score_max = forms.FloatField(required=False, label="Score ≤")
     q = forms.CharField(required=False, max_length=200, strip=True, label="Text")
@@ -64,11 +81,17 @@ class RunFilterForm(forms.Form):
             if value not in (None, ""):
                 filters[name] = value
         # Dates are whole days in the site's time zone: "To" includes the day it names.
-        if data.get("created_after"):
-            filters["created_after"] = _start_of_day(data["created_after"])
+        after, before = data.get("created_after"), data.get("created_before")
+        # A moment bounds the list as it is; a day is the whole day.
+        if isinstance(after, dt.datetime):
+            filters["created_after"] = after
+        elif after:
+            filters["created_after"] = _start_of_day(after)
         # The last day a date can name (9999-12-31) has no day after it: no upper bound then.
-        if data.get("created_before") and data["created_before"] < dt.date.max:
-            filters["created_before"] = _start_of_day(data["created_before"] + dt.timedelta(days=1))
+        if isinstance(before, dt.datetime):
+            filters["created_before"] = before
+        elif before and before < dt.date.max:
+            filters["created_before"] = _start_of_day(before + dt.timedelta(days=1))
         return filters
 
     def page_number(self) -> int:

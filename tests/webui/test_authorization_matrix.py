@@ -85,6 +85,7 @@ MATRIX: dict[tuple[str, str], tuple[int, ...]] = {
     ("experiments/<id:experiment_id>/", "GET"): (302, 200, 200, 404, 200, 200),
     ("review/", "GET"): (302, 200, 200, 200, 200, 200),
     ("review/insights/", "GET"): (302, 200, 200, 200, 200, 200),
+    ("analytics/", "GET"): (302, 200, 200, 200, 200, 200),
     ("runs/<id:run_id>/family/", "GET"): (302, 200, 200, 404, 200, 200),
     ("runs/changes/", "GET"): (302, 400, 400, 400, 400, 400),
     ("accounts/login/", "GET"): (200, 200, 200, 200, 200, 200),
@@ -155,6 +156,10 @@ MATRIX: dict[tuple[str, str], tuple[int, ...]] = {
     ("api/keys/", "POST"): (NO, 400, 400, 400, 400, 400),
     ("api/keys/<id:key_id>/revoke/", "POST"): (NO, 404, 404, 404, 200, 404),
     ("api/export/trajectories.jsonl", "GET"): (NO, 200, 200, 200, 200, 200),
+    ("api/runs/export.csv", "GET"): (NO, 200, 200, 200, 200, 200),
+    ("api/runs/export.jsonl", "GET"): (NO, 200, 200, 200, 200, 200),
+    # Analytics: a project is required (a 400 without one).
+    ("api/analytics/", "GET"): (NO, 400, 400, 400, 400, 400),
     ("api/batches/", "GET"): (403, 200, 200, 200, 200, 200),
     ("api/batches/", "POST"): (403, 400, 400, 400, 400, 400),
     ("api/batches/<id:batch_id>/", "GET"): (403, 200, 200, 404, 200, 200),

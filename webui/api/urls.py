@@ -5,6 +5,7 @@ from django.urls import path, re_path
 from django.views.decorators.csrf import csrf_exempt
 
 import webui.converters  # noqa: F401  (registers the <id:...> path converter)
+from webui.api.analytics import AnalyticsApi
 from webui.api.batches import BatchDetailApi, BatchListCreateApi
 from webui.api.compare import CompareApi
 from webui.api.datasets import (
@@ -198,6 +199,7 @@ urlpatterns = [
     path("runs/<id:run_id>/resolution/", RunResolutionApi.as_view(), name="api-run-resolution"),
     path("review/queue/", ReviewQueueApi.as_view(), name="api-review-queue"),
     path("review/insights/", ReviewInsightsApi.as_view(), name="api-review-insights"),
+    path("analytics/", AnalyticsApi.as_view(), name="api-analytics"),
     path("failure-kinds/", FailureKindListCreateApi.as_view(), name="api-failure-kinds"),
     path("failure-kinds/<id:kind_id>/", FailureKindDetailApi.as_view(), name="api-failure-kind"),
     path("batches/", BatchListCreateApi.as_view(), name="api-batch-list"),

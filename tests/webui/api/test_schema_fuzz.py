@@ -62,6 +62,7 @@ DATA_DEPENDENT |= {
     ("PATCH", "/api/comments/{comment_id}/"),
     ("GET", "/api/review/queue/"),
     ("GET", "/api/review/insights/"),
+    ("GET", "/api/analytics/"),
     ("GET", "/api/failure-kinds/"),
     ("POST", "/api/failure-kinds/"),
     ("PATCH", "/api/failure-kinds/{kind_id}/"),
@@ -220,6 +221,9 @@ def test_every_operation_keeps_to_its_schema(
         if operation.path == "/api/compare/":  # also on runs that exist
             runs = f"{stored_runs[0].pk},{stored_runs[1].pk}"
             variants.append(("real rows", MODES[:1], None, _with_query_values({"runs": runs})))
+        if operation.path == "/api/analytics/":  # also on the admin's own project
+            real_project = _with_query_values({"project": project.slug})
+            variants.append(("real rows", MODES[:1], None, real_project))
         for variant, modes, path_parameters, transform in variants:
             for mode in modes:
                 strategy = operation.as_strategy(
