@@ -353,7 +353,12 @@ async def run_execute_async(
         ]
         conductor = _conductor_client(execution.pool) if run.strategy == "conductor" else None
         strategy = build_strategy(
-            run.strategy, conductor=conductor, options=dict(run.strategy_options or {})
+            run.strategy,
+            conductor=conductor,
+            options=dict(run.strategy_options or {}),
+            conductor_slots=_slots(
+                f"conductor:{execution.pool.pk}", execution.pool.conductor_max_concurrency
+            ),
         )
         if execution.replay is not None:
             strategy = replay_strategy(strategy, execution.replay)
@@ -649,7 +654,22 @@ def _worker_info(
     from orchestrator.providers import worker_info
 
     max_tokens = worker.max_tokens if worker.max_tokens is not None else pool.worker_max_tokens
-    return worker_info(worker, extra_params=run_params, max_tokens=max_tokens)
+    return worker_info(
+        worker,
+        extra_params=run_params,
+        max_tokens=max_tokens,
+        slots=_slots(f"worker:{worker.pk}", worker.max_concurrency),
+    )
+
+
+def _slots(name: str, limit: int | None):
+    """A concurrency bound on calls: in Redis when the deployment has it (every process that
+    executes runs holds the same bound), in this process otherwise; None when unbounded."""
+    from orchestrator.providers.slots import slots_for
+
+    return slots_for(
+        name, limit, redis_url=settings.REDIS_URL, ttl=settings.CONDUCTOR_SLOT_TTL_SECONDS
+    )
 
 
 def _conductor_client(pool: Pool):
