@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
@@ -125,6 +125,15 @@ _EVENT_DATA = RunEvent._meta.get_field("data")
 
 def _data_for_db(event: dict[str, Any]) -> Any:
     return json_param(_EVENT_DATA, event)
+
+
+def layer_reaches_other_processes() -> bool:
+    """Whether the channel layer carries a group send to the other processes (Redis), or only
+    within this one (the embedded default's in-memory layer, or none): then a run executed by
+    another process (``manage.py conduct``, a second server) reaches this process's sockets
+    only through what it stores."""
+    layer = get_channel_layer()
+    return layer is not None and not isinstance(layer, InMemoryChannelLayer)
 
 
 def send(event: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -16,6 +17,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from orchestrator import delivery, events, selectors
 from orchestrator.models import Run
+from orchestrator.services.ownership import executes_here
 from orchestrator.services.runs import run_watch
 from webui import snapshots, socket_access
 
@@ -27,6 +29,11 @@ CLOSE_LAYER_UNAVAILABLE = 1011
 # Joining the run's group: attempts, the first pause between two (doubled each time, jittered).
 GROUP_JOIN_ATTEMPTS = 6
 GROUP_JOIN_FIRST_DELAY = 0.25
+# A channel layer that does not reach the other processes (the embedded default's in-memory
+# one): how often a socket reads what the run's executor, elsewhere, has stored; and how often
+# it looks while this process executes the run itself (its events then come through the layer).
+FOLLOW_STORED_SECONDS = 0.5
+FOLLOW_LOCAL_SECONDS = 5.0
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +99,33 @@ def _open(
     return opened
 
 
+@dataclass(slots=True)
+class _Stored:
+    """What a following socket reads: the events after its seq (when there may be some it will
+    not hear of otherwise), and whether that is all it will read."""
+
+    events: list[dict[str, Any]]
+    executed_here: bool
+    done: bool  # the run is finished (or gone) and every stored event is read
+
+
+@socket_access.in_database_thread
+def _stored_after(run_id: int, after: int, *, missed: bool) -> _Stored:
+    """The stored events of a run after ``after`` that this process's layer will not bring: all
+    of them when the run is executed elsewhere (or ``missed``: the layer brought a later one
+    first), none while this process executes it."""
+    progress = selectors.run_progress(run_id=run_id)
+    if progress is None:  # deleted: the access watcher closes the socket
+        return _Stored([], executed_here=False, done=True)
+    last_seq, status, executor = progress
+    here = status not in Run.FINISHED and executes_here(executor)
+    stored = []
+    if last_seq > after and (missed or not here):
+        stored = selectors.run_events_after(run_id=run_id, seq=after)
+    done = status in Run.FINISHED and (stored[-1]["seq"] if stored else after) >= last_seq
+    return _Stored(stored, executed_here=here, done=done)
+
+
 class RunConsumer(AsyncJsonWebsocketConsumer):
     """``/ws/runs/<id>/``: a snapshot (or, with ``?after=N``, the stored events after N), then
     every live event of the run once, in order.
@@ -104,6 +138,11 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     The consumer joins the run's group before reading the snapshot, so no event falls between
     the two; events it has already covered (seq at most the last one sent) are dropped.
+
+    When the channel layer cannot reach the other processes (the in-memory layer), a run
+    executed by another one (``manage.py conduct``) is followed from what it stores: the
+    events after the last one sent, read every ``FOLLOW_STORED_SECONDS`` until the run has
+    finished and all are sent (``_follow_stored``).
     """
 
     async def connect(self) -> None:
@@ -113,6 +152,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.listening_locally = False
         self.watched = False
         self.last_sent_seq = 0
+        self.following: asyncio.Task[None] | None = None
+        self.missed = asyncio.Event()
         self.accepted = self.refused = False
         # Accepted first: the handshake does not wait for the checks (nothing is sent before
         # they pass), and a refused client receives the close code.
@@ -159,6 +200,32 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         # the group still brings every event, and whichever copy comes second is dropped.
         delivery.listen_locally(self.run_id, self._forward_local)
         self.listening_locally = True
+        if not events.layer_reaches_other_processes():
+            self.following = asyncio.create_task(self._follow_stored())
+
+    async def _follow_stored(self) -> None:
+        """Send what the run's executor stores, when the layer cannot bring it from there: the
+        events after the last one sent, until the run is finished and they are all sent. While
+        this process executes the run, its events come through the layer: look less often (an
+        execution of another process may take the run over), and at once when the layer brings
+        an event past a gap (``_forward``)."""
+        pause = FOLLOW_STORED_SECONDS
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.missed.wait(), pause)
+            missed = self.missed.is_set()
+            self.missed.clear()
+            try:
+                stored = await _stored_after(self.run_id, self.last_sent_seq, missed=missed)
+            except Exception:  # the database is busy or away: try again at the next turn
+                logger.warning("run %s socket: cannot read its events", self.run_id, exc_info=True)
+                continue
+            for event in stored.events:
+                await self._forward(event)
+            if stored.done:
+                self.following = None
+                return
+            pause = FOLLOW_LOCAL_SECONDS if stored.executed_here else FOLLOW_STORED_SECONDS
 
     async def _join_group(self) -> bool:
         """Join the run's group, trying again with backoff while the channel layer does not
@@ -199,6 +266,10 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         return None
 
     async def disconnect(self, code: int) -> None:
+        following = getattr(self, "following", None)
+        if following is not None:
+            following.cancel()
+            self.following = None
         if getattr(self, "watched", False):
             socket_access.unwatch(self)
             self.watched = False
@@ -253,6 +324,11 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     async def _forward(self, event: dict[str, Any]) -> None:
         if event["seq"] <= self.last_sent_seq:
+            return
+        if self.following is not None and event["seq"] != self.last_sent_seq + 1:
+            # Events stored by another process came between (a cancel sent from here while the
+            # CLI executes the run): they come from the database first, then this one.
+            self.missed.set()
             return
         self.last_sent_seq = event["seq"]
         await self.send(text_data=_encoded(event))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -201,6 +202,11 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         },
         # Batch replay (webui/batches.py) is for admins of a project.
         "can_batch": "admin" in roles.values(),
+        # The export takes the API's filters: the same runs as the list shows, whole days and
+        # the chosen project included.
+        "export_query": urlencode(
+            {k: v.isoformat() if isinstance(v, dt.datetime) else v for k, v in filters.items()}
+        ),
     }
     return render(request, "runs/list.html", context)
 

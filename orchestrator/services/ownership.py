@@ -62,6 +62,12 @@ def new_executor_token() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
+def executes_here(executor: str) -> bool:
+    """Whether ``executor`` (a token of ``new_executor_token``) names an execution of this
+    process."""
+    return executor.startswith(f"{socket.gethostname()}:{os.getpid()}:")
+
+
 def interrupted_error(count: int, *, limit: int) -> str:
     """The error of a run failed for having killed its executor ``count`` times."""
     return (

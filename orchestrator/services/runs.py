@@ -638,6 +638,8 @@ def run_settings_for(pool: Pool) -> RunSettings:
         prompt_style=pool.conductor_prompt_style,
         show_worker_names=pool.show_worker_names,
         step_timeout=pool.step_timeout,
+        conductor_output=pool.conductor_output,
+        plan_fallback=pool.plan_fallback,
         token_budget=pool.token_budget,
         cost_budget=pool.cost_budget,
     )
@@ -666,6 +668,7 @@ def _conductor_client(pool: Pool):
         api_base=pool.conductor_api_base,
         api_key_env=pool.conductor_api_key_env,
         params=bounded_params(pool.conductor_params or {}, pool.conductor_max_tokens),
+        json_dialect=pool.conductor_json_dialect,
     )
 
 
