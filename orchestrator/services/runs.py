@@ -17,7 +17,6 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.utils import timezone
 
 from orchestrator import events, wire
 from orchestrator.engine.code_grading import reference_problem as code_reference_problem
