@@ -1,4 +1,5 @@
-"""Training export of 100,000 runs: decisions (JSON lines) per second and peak memory.
+"""Exports of 100,000 runs: training decisions (JSON lines) and the runs list's CSV, per second
+and in memory.
 
 ``python -m bench.export`` fills a scratch SQLite database (a temporary file) with RUNS conductor
 runs (``BENCH_EXPORT_RUNS`` shrinks it), each with a plan of realistic shape (a 1.6 KB system
@@ -53,6 +54,9 @@ def fill() -> dict:
     from orchestrator.models import Plan, Pool, Project, Run, Worker
 
     call_command("migrate", verbosity=0, interactive=False)
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_superuser("bench-superuser", password="unused-in-bench")
     project = Project.objects.create(name="Bench", slug="bench")
     pool = Pool.objects.create(project=project, name="Pool")
     Worker.objects.create(pool=pool, name="w", model="sim/math", description="math")
@@ -151,6 +155,42 @@ def export() -> dict:
     }
 
 
+def export_runs_csv() -> dict:
+    _setup()
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    from orchestrator import selectors
+    from orchestrator.run_export import csv_lines, export_rows
+
+    connection.ensure_connection()
+    user = get_user_model().objects.get(username="bench-superuser")
+    baseline = _rss_mb()
+    runs = selectors.run_list(user=user)
+    expected = RUNS
+    lines = written = 0
+    at_tenth = None
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w", encoding="utf-8") as out:
+        for line in csv_lines(export_rows(runs=runs)):
+            out.write(line)
+            lines += 1
+            written += len(line)
+            if at_tenth is None and lines >= expected // 10:
+                at_tenth = _rss_mb() - baseline
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e6
+    return {
+        "runs_csv_rows": lines - 1,
+        "runs_csv_seconds": round(seconds, 1),
+        "runs_csv_rows_per_s": round((lines - 1) / seconds),
+        "runs_csv_written_mb": round(written / 1e6, 1),
+        "runs_csv_rss_growth_at_10pct_mb": round(at_tenth or 0.0, 1),
+        "runs_csv_rss_growth_at_end_mb": round(_rss_mb() - baseline, 1),
+        "runs_csv_peak_rss_mb": round(peak, 1),
+    }
+
+
 def main() -> None:
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     env.update(
@@ -161,12 +201,14 @@ def main() -> None:
         figures = {"bench": "export", "backend": "sqlite"}
         figures.update(run_bench_child("bench.export", "fill", env=env, timeout=900))
         figures.update(run_bench_child("bench.export", "export", env=env, timeout=900))
+        figures.update(run_bench_child("bench.export", "runs_csv", env=env, timeout=900))
     figures["load_average_1min"] = round(os.getloadavg()[0], 2)
     print(json.dumps(figures))
 
 
 if __name__ == "__main__":
     if "--child" in sys.argv:
-        print(json.dumps(fill() if sys.argv[-1] == "fill" else export()))
+        child = {"fill": fill, "export": export, "runs_csv": export_runs_csv}[sys.argv[-1]]
+        print(json.dumps(child()))
     else:
         main()

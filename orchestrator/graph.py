@@ -226,6 +226,8 @@ def _pixels(value: float) -> float | int:
 
 
 def _plan_status(plan: Mapping[str, Any]) -> str:
+    if plan.get("fallback"):
+        return "fallback"
     if plan.get("error"):
         return "failed"
     return "accepted" if plan.get("accepts") else "succeeded"
@@ -237,6 +239,8 @@ def plan_label(number: int, status: str, step_count: int) -> str:
         return f"Round {number}: the conductor\naccepts the answer"
     if status == "failed":
         return f"Round {number}: the conductor\nwrote no usable plan"
+    if status == "fallback":
+        return f"Round {number}: no usable plan;\nfallback, not the conductor's"
     steps = "1 step" if step_count == 1 else f"{step_count} steps"
     return f"Round {number}: conductor\nplans {steps}"
 

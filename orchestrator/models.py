@@ -120,6 +120,40 @@ class Pool(models.Model):
         validators=[MinValueValidator(0.0)],
         help_text="Dollars one run may cost; empty: no limit.",
     )
+    conductor_output = models.CharField(
+        max_length=4,
+        choices=[
+            ("text", "Text (reasoning, then the three Python lists)"),
+            ("json", "JSON (constrained to the plan's schema)"),
+        ],
+        default="text",
+        help_text="Text: for conductors fine-tuned on the lists. JSON: the call asks the server "
+        "for output held to a JSON schema of the plan, for small general models.",
+    )
+    conductor_json_dialect = models.CharField(
+        max_length=8,
+        choices=[
+            ("auto", "Auto (from the model string and API base)"),
+            ("openai", "OpenAI (response_format json_schema)"),
+            ("llamacpp", "llama.cpp (response_format json_object with schema)"),
+            ("vllm", "vLLM (guided_json)"),
+            ("ollama", "Ollama (format)"),
+        ],
+        default="auto",
+        help_text="How the schema is asked for in JSON output. Auto: ollama/ models speak "
+        "Ollama's, hosted_vllm/ models vLLM's, any other model with an API base llama.cpp's, "
+        "the rest OpenAI's.",
+    )
+    plan_fallback = models.CharField(
+        max_length=6,
+        choices=[
+            ("fail", "Fail the run"),
+            ("single", "The first worker answers alone"),
+        ],
+        default="fail",
+        help_text="When the conductor's plan is still unusable after its repairs. A later "
+        "round keeps the answer it has instead. Marked as a fallback wherever it shows.",
+    )
     conductor_max_tokens = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -309,6 +343,20 @@ class Plan(models.Model):
         null=True, blank=True, help_text="[{worker, instruction, access}]; [] accepts."
     )
     error = models.TextField(blank=True)
+    form = models.CharField(
+        max_length=5, blank=True, help_text='What the workflow was read from: "lists" or "json".'
+    )
+    constrained = models.CharField(
+        max_length=10,
+        blank=True,
+        help_text="How the conductor's output was held to the plan's schema (the dialect).",
+    )
+    fallback = models.CharField(
+        max_length=6,
+        blank=True,
+        help_text='"single" or "kept": the pool\'s plan_fallback stood in for an unusable '
+        "plan (error says why); the workflow is not the conductor's.",
+    )
     # A replay keeps its source's plan of a round: the plan it was copied from (its conductor
     # calls are not counted again).
     reused_from = models.ForeignKey(

@@ -110,6 +110,9 @@ def plan_record_from_row(plan: Plan) -> PlanRecord:
         workflow=workflow_from_data(plan.workflow),
         error=plan.error,
         reused_from=plan.reused_from_id,
+        form=plan.form,
+        constrained=plan.constrained,
+        fallback=plan.fallback,
     )
 
 

@@ -239,7 +239,8 @@ def run_list(
     ``worker`` is text in the name or the model string of a worker used by any step of the run
     (case-insensitive substring). ``verdict`` is one of ``wire.VERDICTS``. ``q`` is free text over the input and
     the final answer (case-insensitive substring). Dates bound ``created_at`` (inclusive).
-    ``project`` narrows to one of the user's projects. The pool and the creator come joined;
+    ``project`` narrows to one of the user's projects. Each run has ``fell_back``
+    (``run_fell_back``). The pool and the creator come joined;
     slicing the result is cheap on the list indexes (no COUNT is needed to show a page).
     """
     runs = _visible_runs(user, project)
@@ -266,6 +267,7 @@ def run_list(
         runs = runs.filter(Q(input__icontains=q) | Q(answer__icontains=q))
     return (
         runs.select_related("pool", "created_by")
+        .annotate(fell_back=run_fell_back())
         .only(
             *(f.name for f in Run._meta.concrete_fields if f.name not in RUN_LIST_DEFERRED),
             "pool__id",
@@ -276,6 +278,23 @@ def run_list(
         )
         .order_by("-created_at", "-id")
     )
+
+
+def run_has_fallback(*, run: Run) -> bool:
+    """Whether a run's plan of some round is its pool's fallback (``fell_back`` when the run
+    came annotated by ``run_list``; its prefetched plans, or one query, otherwise)."""
+    fell_back = getattr(run, "fell_back", None)
+    if fell_back is not None:
+        return bool(fell_back)
+    if "plans" in getattr(run, "_prefetched_objects_cache", {}):
+        return any(plan.fallback for plan in run.plans.all())
+    return run.pk is not None and run.plans.exclude(fallback="").exists()
+
+
+def run_fell_back() -> Exists:
+    """Whether a run's plan of some round is its pool's fallback, not the conductor's (an
+    annotation: no column stores it)."""
+    return Exists(Plan.objects.filter(run_id=OuterRef("pk")).exclude(fallback=""))
 
 
 def verdict_filter(verdict: str) -> Q:

@@ -135,6 +135,10 @@ class Plan(TypedDict):
     step_count: int
     latency: float | None
     finished_at: str | None
+    form: str
+    """What the conductor's workflow was read from: "lists", "json" or ""."""
+    fallback: str
+    """"single" or "kept" when the pool's plan_fallback stood in for an unusable plan."""
 
 
 class RunSummary(TypedDict):
@@ -599,6 +603,8 @@ def plan_data(plan: PlanRow) -> Plan:
         # timeline draws them before the round's steps.
         "latency": _attempts_latency(plan.attempts),
         "finished_at": iso(plan.created_at),
+        "form": plan.form,
+        "fallback": plan.fallback,
     }
 
 

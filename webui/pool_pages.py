@@ -67,6 +67,24 @@ class PoolForm(forms.Form):
         label="Conductor prompt",
         help_text=Pool._meta.get_field("conductor_prompt_style").help_text,
     )
+    conductor_output = forms.ChoiceField(
+        choices=Pool._meta.get_field("conductor_output").choices,
+        initial="text",
+        label="Conductor output",
+        help_text=Pool._meta.get_field("conductor_output").help_text,
+    )
+    conductor_json_dialect = forms.ChoiceField(
+        choices=Pool._meta.get_field("conductor_json_dialect").choices,
+        initial="auto",
+        label="JSON dialect",
+        help_text=Pool._meta.get_field("conductor_json_dialect").help_text,
+    )
+    plan_fallback = forms.ChoiceField(
+        choices=Pool._meta.get_field("plan_fallback").choices,
+        initial="fail",
+        label="Unusable plan",
+        help_text=Pool._meta.get_field("plan_fallback").help_text,
+    )
     max_steps = forms.IntegerField(
         min_value=1, max_value=MAX_STEPS, initial=5, label="Max steps per round"
     )
@@ -241,7 +259,7 @@ def pool_detail(request: HttpRequest, pool_id: int) -> HttpResponse:
     """``/pools/<id>/``: the pool, its workers and their usage; its admins edit it here."""
     pool = selectors.pool_get(user=request.user, pool_id=pool_id)
     if pool is None:
-        raise Http404("No such pool.")
+        raise Http404(f"No pool {pool_id} in your projects.")
     can_edit = pool.role == Membership.Role.ADMIN
     if request.method == "POST":
         if not can_edit:

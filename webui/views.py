@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -201,6 +202,11 @@ def runs_list(request: HttpRequest) -> HttpResponse:
         },
         # Batch replay (webui/batches.py) is for admins of a project.
         "can_batch": "admin" in roles.values(),
+        # The export takes the API's filters: the same runs as the list shows, whole days and
+        # the chosen project included.
+        "export_query": urlencode(
+            {k: v.isoformat() if isinstance(v, dt.datetime) else v for k, v in filters.items()}
+        ),
     }
     return render(request, "runs/list.html", context)
 
@@ -241,7 +247,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     laid-out graph) and kept live over its websocket with the events after that seq."""
     run = selectors.run_get(user=request.user, run_id=run_id)
     if run is None:
-        raise Http404("No such run.")
+        raise Http404(f"No run {run_id} in your projects.")
     match = selectors.reference_for_question(question=run.input) if run.reference else None
     context = {
         "run": run,
@@ -265,7 +271,7 @@ def run_family(request: HttpRequest, run_id: int) -> HttpResponse:
     status, score, tokens and cost (``GET /api/runs/{id}/family/`` gives the same)."""
     run = selectors.run_get(user=request.user, run_id=run_id)
     if run is None:
-        raise Http404("No such run.")
+        raise Http404(f"No run {run_id} in your projects.")
     family = selectors.run_family(run=run)
     runs = [
         {

@@ -1,8 +1,11 @@
-"""The prompted conductor: a chat model asked, in our own prompt, to write the three-list workflow.
+"""The prompted conductor: a chat model asked, in our own prompt, to write the workflow.
 
 Any model behind a ModelClient can serve: a general chat model, a fine-tuned conductor behind an
-OpenAI-compatible server, or the offline simulated conductor. Output that cannot be used is shown
-back to the model with the error, a bounded number of times.
+OpenAI-compatible server, or the offline simulated conductor. It writes the three lists
+(``conductor_output`` "text") or one JSON object of steps, asked of the server as output
+constrained to ``plan.plan_schema`` ("json"). Output that cannot be used is shown back to the
+model with the error, a bounded number of times; then the pool's ``plan_fallback`` fails the
+run or stands in (the first worker answers alone), marked as a fallback on the plan.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import asyncio
 from collections.abc import Sequence
 
 from orchestrator.engine import prompts
-from orchestrator.engine.plan import WorkflowError, parse_workflow
+from orchestrator.engine.plan import WorkflowError, parse_plan, plan_schema
 from orchestrator.engine.scheduler import Sleep, call_with_retries
 from orchestrator.engine.types import (
     Message,
@@ -21,6 +24,7 @@ from orchestrator.engine.types import (
     RunSettings,
     StepSpec,
     WorkerInfo,
+    Workflow,
 )
 
 NOTHING_TO_ACCEPT = (
@@ -73,6 +77,14 @@ class PromptedConductor:
         def record_failed_call(error: str, seconds: float) -> None:
             record.attempts.append(PlanAttempt(raw="", error=error, latency=seconds))
 
+        schema = None
+        if settings.conductor_output == "json" and workers:
+            schema = plan_schema(
+                pool_size=len(workers),
+                max_steps=settings.max_steps,
+                access_mode=settings.access_mode,
+                first_round=round == 0,
+            )
         for _ in range(settings.max_parse_retries + 1):
             record.messages = messages
             outcome = await call_with_retries(
@@ -81,6 +93,7 @@ class PromptedConductor:
                 settings=settings,
                 sleep=self.sleep,
                 on_failed_attempt=record_failed_call,
+                schema=schema,
             )
             completion = outcome.completion
             if completion is None:
@@ -94,24 +107,45 @@ class PromptedConductor:
                 latency=outcome.latency,
             )
             record.attempts.append(attempt)
+            record.constrained = completion.constrained
             try:
-                workflow = parse_workflow(
+                parsed = parse_plan(
                     completion.text,
                     pool_size=len(workers),
                     max_steps=settings.max_steps,
                     access_mode=settings.access_mode,
                 )
-                if workflow.accepts and round == 0:
+                if parsed.workflow.accepts and round == 0:
                     raise WorkflowError(NOTHING_TO_ACCEPT)
             except WorkflowError as error:
                 attempt.error = record.error = str(error)
                 messages = [
                     *messages,
                     {"role": "assistant", "content": completion.text},
-                    prompts.repair_message(str(error)),
+                    prompts.repair_message(str(error), settings),
                 ]
                 continue
-            record.workflow = workflow
+            record.workflow = parsed.workflow
+            record.form = parsed.form
             record.error = ""
             return record
+        return fall_back(record, settings=settings, previous_answer=previous_answer)
+
+
+def fall_back(
+    record: PlanRecord, *, settings: RunSettings, previous_answer: str | None
+) -> PlanRecord:
+    """``record`` (no usable workflow after the repairs) as the pool's ``plan_fallback`` has
+    it: unchanged with "fail" (the run fails with its error); with "single", the first worker
+    answering the question alone (``fallback`` "single"), or in a later round the answer the
+    round before gave, kept (``fallback`` "kept"). The error stays: why the conductor's plan
+    could not be used."""
+    if settings.plan_fallback != "single" or record.workflow is not None:
         return record
+    if previous_answer is None:
+        record.workflow = Workflow((StepSpec(0, prompts.SOLVE, ()),))
+        record.fallback = "single"
+    else:
+        record.workflow = Workflow(())
+        record.fallback = "kept"
+    return record

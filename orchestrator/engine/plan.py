@@ -6,8 +6,10 @@ A conductor answers with free-text reasoning followed by three Python-style list
     subtasks    = ["Work out an efficient algorithm for ...", "Implement it in Python"]
     access_list = [[], ["all"]]
 
-or, as a fallback for chat models that prefer JSON, ``{"steps": [{"worker": 2, "instruction":
-"...", "access": []}, ...]}``. Either may sit inside a ``` code fence or not.
+or, in JSON (what a pool whose ``conductor_output`` is "json" asks for, constrained to
+``plan_schema``; accepted from any conductor), ``{"steps": [{"worker": 2, "instruction": "...",
+"access": []}, ...]}``, or that list of step objects alone as the whole text. Either may sit
+inside a ``` code fence or not. ``parse_plan`` says which form it read.
 
 How the text is read (the rules a conductor can rely on):
 
@@ -43,9 +45,18 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
 
-from orchestrator.engine.types import ALL, Access, AccessMode, StepSpec, Workflow
+from orchestrator.engine.types import ALL, Access, AccessMode, PlanForm, StepSpec, Workflow
 
-__all__ = ["LIST_NAMES", "WorkflowError", "format_workflow", "parse_workflow"]
+__all__ = [
+    "LIST_NAMES",
+    "ParsedPlan",
+    "WorkflowError",
+    "format_workflow",
+    "format_workflow_json",
+    "parse_plan",
+    "parse_workflow",
+    "plan_schema",
+]
 
 LIST_NAMES: Final = ("model_id", "subtasks", "access_list")
 MAX_NESTING: Final = 8
@@ -513,16 +524,59 @@ def _from_steps(
 # --- public API ---------------------------------------------------------------------------------
 
 
-def parse_workflow(
+@dataclass(frozen=True, slots=True)
+class ParsedPlan:
+    """A workflow read from a conductor's text, and the form it was written in."""
+
+    workflow: Workflow
+    form: PlanForm
+
+
+_FENCE = re.compile(r"\A\s*+(?:```[A-Za-z]*+[ \t]*+\n)?\s*+")
+_FENCE_END = re.compile(r"\s*+(?:```\s*+)?\Z")
+
+
+def _bare_steps(text: str, max_steps: int) -> list[Any] | None:
+    """The list of step objects when the whole text (in a code fence or not) is one JSON list
+    whose first entry is an object; None otherwise."""
+    start = _FENCE.match(text).end()  # type: ignore[union-attr]
+    after = _SPACE.match(text, start + 1).end() if text.startswith("[", start) else -1  # type: ignore[union-attr]
+    if after < 0 or not text.startswith("{", after):
+        return None
+    reader = _Reader(text, start)
+    try:
+        steps = reader.read_list(1, max_steps)
+    except _TooManySteps:
+        raise WorkflowError(
+            f"the workflow has more than {max_steps} steps, but at most {max_steps} are allowed"
+        ) from None
+    except _ReadError as error:
+        where = _line_column(text, error.pos)
+        raise WorkflowError(
+            f"could not read the list of steps: {error.problem} (at {where})"
+        ) from None
+    if _FENCE_END.match(text, reader.pos) is None:
+        return None
+    return steps
+
+
+def parse_plan(
     text: str, *, pool_size: int, max_steps: int = 5, access_mode: AccessMode = "fine"
-) -> Workflow:
-    """Read the workflow a conductor wrote; raise WorkflowError saying what is wrong and where.
+) -> ParsedPlan:
+    """Read the workflow a conductor wrote and the form it used ("lists" or "json"); raise
+    WorkflowError saying what is wrong and where.
 
     ``pool_size`` is the number of workers (valid worker numbers are ``0..pool_size-1``);
     ``access_mode="binary"`` allows only ``"all"`` and ``[]`` as access entries.
     """
     if access_mode not in ("binary", "fine"):
         raise ValueError(f"access_mode must be 'binary' or 'fine', not {access_mode!r}")
+    bare = _bare_steps(text, max_steps)
+    if bare is not None:
+        workflow = _from_steps(
+            bare, pool_size=pool_size, max_steps=max_steps, access_mode=access_mode
+        )
+        return ParsedPlan(workflow, "json")
     found = _find_assignments(text, max_steps)
     lists = [found.get(name) for name in LIST_NAMES]
     latest_list = max((a.start for a in lists if a is not None), default=-1)
@@ -530,9 +584,10 @@ def parse_workflow(
     if steps is not None and steps.start > latest_list:
         if steps.value is None:
             raise WorkflowError(steps.error_message(text, max_steps))
-        return _from_steps(
+        workflow = _from_steps(
             steps.value, pool_size=pool_size, max_steps=max_steps, access_mode=access_mode
         )
+        return ParsedPlan(workflow, "json")
     if latest_list < 0:
         raise WorkflowError(
             "found no workflow: expected model_id = [...], subtasks = [...] and "
@@ -546,7 +601,63 @@ def parse_workflow(
         if assignment is None or assignment.value is None:
             raise WorkflowError(f"found no {name} = [...] list")
         values[name] = assignment.value
-    return _from_lists(values, pool_size=pool_size, max_steps=max_steps, access_mode=access_mode)
+    workflow = _from_lists(
+        values, pool_size=pool_size, max_steps=max_steps, access_mode=access_mode
+    )
+    return ParsedPlan(workflow, "lists")
+
+
+def parse_workflow(
+    text: str, *, pool_size: int, max_steps: int = 5, access_mode: AccessMode = "fine"
+) -> Workflow:
+    """``parse_plan``'s workflow alone."""
+    return parse_plan(
+        text, pool_size=pool_size, max_steps=max_steps, access_mode=access_mode
+    ).workflow
+
+
+def plan_schema(
+    *, pool_size: int, max_steps: int, access_mode: AccessMode = "fine", first_round: bool = True
+) -> dict[str, Any]:
+    """The JSON schema of a plan that ``parse_plan`` reads as "json": an object whose
+    ``steps`` are at most ``max_steps`` objects (at least one in the first round; none accepts
+    the previous answer later), each with ``worker`` from an enum of the pool's workers (a
+    grammar built from a schema enforces an enum, not always ``minimum``/``maximum``), an
+    ``instruction`` of at least one character and ``access``: "all", or a list of step numbers
+    below ``max_steps - 1`` (``[]`` only in binary mode). That an access entry names an
+    *earlier* step is left to the parser, whose error is shown back to the conductor."""
+    if pool_size < 1:
+        raise ValueError("a plan needs at least one worker")
+    entries: dict[str, Any] = {"type": "array", "maxItems": 0}
+    if access_mode == "fine" and max_steps > 1:
+        entries = {
+            "type": "array",
+            "items": {"type": "integer", "enum": list(range(max_steps - 1))},
+            "maxItems": max_steps - 1,
+        }
+    step = {
+        "type": "object",
+        "properties": {
+            "worker": {"type": "integer", "enum": list(range(pool_size))},
+            "instruction": {"type": "string", "minLength": 1},
+            "access": {"anyOf": [{"type": "string", "enum": [ALL]}, entries]},
+        },
+        "required": ["worker", "instruction", "access"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "steps": {
+                "type": "array",
+                "items": step,
+                "minItems": 1 if first_round else 0,
+                "maxItems": max_steps,
+            }
+        },
+        "required": ["steps"],
+        "additionalProperties": False,
+    }
 
 
 def _format_access(access: Access) -> str:
@@ -562,3 +673,16 @@ def format_workflow(workflow: Workflow) -> str:
     subtasks = ", ".join(json.dumps(step.instruction, ensure_ascii=False) for step in steps)
     access = ", ".join(_format_access(step.access) for step in steps)
     return f"model_id = [{model_ids}]\nsubtasks = [{subtasks}]\naccess_list = [{access}]"
+
+
+def format_workflow_json(workflow: Workflow) -> str:
+    """The JSON form (``plan_schema``'s shape); ``parse_plan`` reads it back as "json"."""
+    steps = [
+        {
+            "worker": step.worker,
+            "instruction": step.instruction,
+            "access": ALL if step.access == ALL else list(step.access),
+        }
+        for step in workflow.steps
+    ]
+    return json.dumps({"steps": steps}, ensure_ascii=False)

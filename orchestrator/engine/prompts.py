@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from orchestrator.engine.plan import format_workflow
+from orchestrator.engine.plan import format_workflow, format_workflow_json
 from orchestrator.engine.types import (
     ALL,
     Access,
@@ -45,7 +45,11 @@ from orchestrator.engine.types import (
     Workflow,
 )
 
-__all__ = ["MARKERS", "conductor_messages", "repair_message"]
+__all__ = ["ANSWER_LINE", "MARKERS", "SOLVE", "conductor_messages", "repair_message"]
+
+ANSWER_LINE: Final = 'End with a final line of the form "Answer: ...".'
+SOLVE: Final = "Solve the question. Work through it step by step. " + ANSWER_LINE
+"""The instruction of a worker that answers alone (the ``single`` strategy, a plan's fallback)."""
 
 WORKERS_MARKER: Final = "## Workers"
 QUESTION_MARKER: Final = "## Question"
@@ -66,6 +70,12 @@ in a code block:
 complete final answer;
 - access_list: the earlier steps each worker sees (instruction and response): {access}."""
 
+_FORMAT_JSON = """\
+Reply with one JSON object and nothing else: {{"steps": [...]}}, one object per step, each with \
+"worker" (the step's worker, by number, chosen by the descriptions), "instruction" (specific and \
+self-contained; the last one asks for the complete final answer) and "access" (the earlier steps \
+this worker sees, instruction and response: {access})."""
+
 _ACCESS_FINE = '"all" (every earlier step), [] (none) or earlier step numbers such as [0, 2]'
 _ACCESS_BINARY = (
     '"all" (every earlier step) or [] (none); in this pool access is binary: only "all" or []'
@@ -82,6 +92,13 @@ _CONCURRENT = "Steps that do not read each other run at the same time"
 _ATTEMPTS = ': independent attempts, say, that a last step with "all" compares'
 
 _ROUNDS = "You may later be asked to accept or fix the final answer."
+
+
+def _written(settings: RunSettings, workflow: Workflow) -> str:
+    """``workflow`` as this pool's conductor is asked to write it."""
+    if settings.conductor_output == "json":
+        return format_workflow_json(workflow)
+    return format_workflow(workflow)
 
 
 def _worked_example(settings: RunSettings, pool: int) -> str:
@@ -116,6 +133,11 @@ def _worked_example(settings: RunSettings, pool: int) -> str:
     workflow = Workflow(
         steps=tuple(StepSpec(worker % pool, text, access) for worker, text, access in steps)
     )
+    if settings.conductor_output == "json":
+        return (
+            f"Example (worker numbers illustrative): {question} {reasoning}\n"
+            f"{format_workflow_json(workflow)}"
+        )
     return (
         f"Example (worker numbers illustrative): {question} {reasoning}\n"
         f"```python\n{format_workflow(workflow)}\n```"
@@ -130,6 +152,19 @@ write a new workflow in those three lists, one entry per step (model_id: workers
 access_list: {access}); its steps do not see the earlier round, so say in them what to fix."""
 
 
+_ACCEPT_INTRODUCTION_JSON = """\
+You are the conductor of a team of language models. Your workflow for the question below has \
+run; its final answer is the previous answer. If that is correct and complete, accept it with \
+{{"steps": []}}. Otherwise write a new workflow, one JSON object {{"steps": [...]}} whose steps \
+each have "worker", "instruction" and "access" ({access}); its steps do not see the earlier \
+round, so say in them what to fix."""
+
+
+_COMPACT_ACCEPT_JSON = """\
+Accept the previous answer with {{"steps": []}}, or write a new workflow (at most \
+{max_steps} steps{binary})."""
+
+
 _COMPACT_ACCEPT = """\
 Accept the previous answer with three empty lists, or write a new workflow (at most \
 {max_steps} steps{binary})."""
@@ -138,12 +173,15 @@ Accept the previous answer with three empty lists, or write a new workflow (at m
 def _accept_prompt(settings: RunSettings) -> str:
     """The short system message of a later round: whether to accept the previous answer. It does
     not repeat the first round's explanations and example."""
+    json_output = settings.conductor_output == "json"
     if settings.prompt_style == "compact":
         binary = '; access only "all" or []' if settings.access_mode == "binary" else ""
-        return _COMPACT_ACCEPT.format(max_steps=settings.max_steps, binary=binary)
+        compact = _COMPACT_ACCEPT_JSON if json_output else _COMPACT_ACCEPT
+        return compact.format(max_steps=settings.max_steps, binary=binary)
     fine = settings.access_mode == "fine"
     access = '"all", [] or earlier step numbers' if fine else 'only "all" or [] (binary)'
-    return _ACCEPT_INTRODUCTION.format(access=access)
+    introduction = _ACCEPT_INTRODUCTION_JSON if json_output else _ACCEPT_INTRODUCTION
+    return introduction.format(access=access)
 
 
 _COMPACT = """\
@@ -153,9 +191,17 @@ gives the final answer) and access_list (per step: "all", [] or earlier step num
 {binary}. At most {max_steps} steps."""
 
 
+_COMPACT_JSON = """\
+You are the conductor: write a workflow for the question as one JSON object {{"steps": [...]}}, \
+each step an object with "worker" (a worker number), "instruction" (the last step gives the \
+final answer) and "access" ("all", [] or earlier step numbers){binary}. At most {max_steps} \
+steps."""
+
+
 def _compact_prompt(settings: RunSettings) -> str:
     binary = '; in this pool access is binary: only "all" or []'
-    return _COMPACT.format(
+    compact = _COMPACT_JSON if settings.conductor_output == "json" else _COMPACT
+    return compact.format(
         max_steps=settings.max_steps, binary=binary if settings.access_mode == "binary" else ""
     )
 
@@ -181,7 +227,9 @@ def _system_prompt(settings: RunSettings, pool: int) -> str:
     )
     parts = [
         _INTRODUCTION,
-        _FORMAT.format(access=_access(settings)),
+        (_FORMAT_JSON if settings.conductor_output == "json" else _FORMAT).format(
+            access=_access(settings)
+        ),
         _limits(settings, visibility),
     ]
     if settings.max_rounds > 1:
@@ -255,7 +303,7 @@ def conductor_messages(
         sections += [PREVIOUS_ANSWER_MARKER, _escape_markers(previous_answer), ""]
     sections += [WORKFLOW_MARKER, *filter(None, [_reminder(settings, round)])]
     if kept:
-        sections += ["", _kept_steps(kept)]
+        sections += ["", _kept_steps(kept, settings)]
     system = _accept_prompt(settings) if later else _system_prompt(settings, max(1, len(workers)))
     return [
         {"role": "system", "content": system},
@@ -263,9 +311,9 @@ def conductor_messages(
     ]
 
 
-def _kept_steps(kept: Sequence[StepSpec]) -> str:
+def _kept_steps(kept: Sequence[StepSpec], settings: RunSettings) -> str:
     count = len(kept)
-    listed = _escape_markers(format_workflow(Workflow(tuple(kept))))
+    listed = _escape_markers(_written(settings, Workflow(tuple(kept))))
     return (
         f"The first {count} step{'s' if count != 1 else ''} of this workflow are already written "
         "and done. Write the whole workflow again: keep them first, exactly as they are, and "
@@ -273,8 +321,17 @@ def _kept_steps(kept: Sequence[StepSpec]) -> str:
     )
 
 
-def repair_message(error: str) -> Message:
+def repair_message(error: str, settings: RunSettings | None = None) -> Message:
     """The user turn that shows the conductor why its workflow could not be used."""
+    if settings is not None and settings.conductor_output == "json":
+        return {
+            "role": "user",
+            "content": (
+                f"Your workflow could not be used: {error}\n\n"
+                'Write the JSON object again, corrected: {"steps": [...]}, each step with '
+                '"worker", "instruction" and "access".'
+            ),
+        }
     return {
         "role": "user",
         "content": (

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from orchestrator.engine import context
 from orchestrator.engine.types import (
@@ -60,6 +61,7 @@ async def call_with_retries(
     settings: RunSettings,
     sleep: Sleep = asyncio.sleep,
     on_failed_attempt: Callable[[str, float], None] | None = None,
+    schema: Mapping[str, Any] | None = None,
 ) -> CallOutcome:
     """Call ``client`` under the step timeout, retrying retryable ModelErrors with backoff.
 
@@ -69,7 +71,8 @@ async def call_with_retries(
     every attempt, with the backoff waited after it, once one failed (a step stores it).
     ``latency`` is that of the successful call: what the client reported, else what was measured. Only ModelError is caught.
     A ModelError that is not retryable (a ConfigurationError always: a missing key, a refused
-    key, an unknown model) ends the call after that one attempt.
+    key, an unknown model) ends the call after that one attempt. ``schema`` goes to the client
+    when given (the conductor's plan in "json" output).
     """
     timeout = settings.step_timeout
     attempt = 0
@@ -83,7 +86,10 @@ async def call_with_retries(
             first = started
         try:
             async with asyncio.timeout(timeout):
-                completion = await client.complete(messages, timeout=timeout)
+                if schema is None:
+                    completion = await client.complete(messages, timeout=timeout)
+                else:
+                    completion = await client.complete(messages, timeout=timeout, schema=schema)
         except TimeoutError:
             error = ModelError(f"timed out after {timeout:g}s", retryable=True)
         except ModelError as model_error:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from orchestrator.engine.conductor import PromptedConductor
+from orchestrator.engine.prompts import ANSWER_LINE, SOLVE
 from orchestrator.engine.types import (
     ALL,
     ModelClient,
@@ -33,9 +34,6 @@ MAX_REFLECTION_ROUNDS: Final = 20
 MAX_PROPOSERS: Final = 20
 """The most proposers ``moa`` may list."""
 
-ANSWER_LINE = 'End with a final line of the form "Answer: ...".'
-
-SOLVE = "Solve the question. Work through it step by step. " + ANSWER_LINE
 REFLECT = (
     "Review the previous answer to the question and verify it: check every step for errors, "
     "fix any you find, and give an improved final answer. " + ANSWER_LINE

@@ -6,9 +6,9 @@ live events, the CLI) speaks in these types.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, Protocol, TypeAlias
+from typing import Any, Final, Literal, Protocol, TypeAlias
 
 Message: TypeAlias = dict[str, str]
 """One chat message, ``{"role": "system" | "user" | "assistant", "content": "..."}``."""
@@ -22,6 +22,17 @@ PromptStyle: TypeAlias = Literal["full", "compact"]
 """The conductor's first-round prompt: "full" (the format, the access rules, the workers and a
 worked example, for general chat models) or "compact" (the format and the workers only, for fine-tuned conductors)."""
 PROMPT_STYLES: Final = ("full", "compact")
+ConductorOutput: TypeAlias = Literal["text", "json"]
+"""What the conductor is asked to write: "text" (free reasoning, then the three Python lists;
+for fine-tuned conductors) or "json" (one JSON object of steps, its form constrained to a JSON
+schema of the plan where the server can: for small general models)."""
+CONDUCTOR_OUTPUTS: Final = ("text", "json")
+PlanFallback: TypeAlias = Literal["fail", "single"]
+"""What a round whose plan is still unusable after the repairs does: "fail" the run, or
+"single": the first worker answers alone (a later round keeps the answer it has)."""
+PLAN_FALLBACKS: Final = ("fail", "single")
+PlanForm: TypeAlias = Literal["", "lists", "json"]
+"""The form a conductor's workflow was read from ("" when none was read)."""
 StepStatus: TypeAlias = Literal["pending", "running", "succeeded", "failed", "cancelled", "skipped"]
 """``cancelled``: the run ended while the step ran; ``skipped``: it ended before the step started."""
 RunStatus: TypeAlias = Literal["succeeded", "failed", "cancelled"]
@@ -61,6 +72,9 @@ class Completion:
     tokens_out: int = 0
     cost: float = 0.0
     latency: float = 0.0
+    constrained: str = ""
+    """How the output was held to the schema asked for (the dialect spoken: "openai",
+    "llamacpp", "vllm", "ollama", "simulated"); "" when no schema was asked for."""
 
 
 class ModelError(Exception):
@@ -86,11 +100,20 @@ class ConfigurationError(ModelError):
 
 
 class ModelClient(Protocol):
-    """Messages in; text, token counts, cost and latency out. Implemented in providers/."""
+    """Messages in; text, token counts, cost and latency out. Implemented in providers/.
+
+    ``schema``: a JSON schema the reply should follow (the conductor's plan in "json" output),
+    asked of the provider in its own dialect; callers pass it only when there is one."""
 
     model: str
 
-    async def complete(self, messages: Sequence[Message], *, timeout: float) -> Completion: ...
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        timeout: float,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Completion: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +141,8 @@ class RunSettings:
     max_attempts: int = 3
     backoff: float = 0.5
     max_parse_retries: int = 2
+    conductor_output: ConductorOutput = "text"
+    plan_fallback: PlanFallback = "fail"
     token_budget: int | None = None
     cost_budget: float | None = None
 
@@ -170,6 +195,17 @@ class PlanRecord:
     reused_from: int | None = None
     """The stored plan this one is taken from (a replay keeps its source's plan of a round):
     its conductor calls are not counted again."""
+    form: PlanForm = ""
+    """The form the workflow was read from: "lists" or "json" ("" for a fixed strategy's, or
+    when no attempt could be used)."""
+    constrained: str = ""
+    """How the conductor's output was held to the plan's schema (``Completion.constrained`` of
+    the attempt used, else of the last one); "" in "text" output."""
+    fallback: str = ""
+    """Set when no attempt gave a usable workflow and the pool's ``plan_fallback`` stood in:
+    "single" (the first worker answers alone) or "kept" (a later round keeps the answer it
+    has). ``error`` then keeps why the conductor's plan could not be used; the workflow is the
+    fallback's, never one the conductor wrote."""
 
 
 @dataclass(slots=True)

@@ -27,11 +27,13 @@ def make_client(
     params: Mapping[str, Any] | None = None,
     price_in: float = 0.0,
     price_out: float = 0.0,
+    json_dialect: str = "auto",
 ) -> ModelClient:
     """The client for one worker (or conductor). Prices are per million tokens.
 
     ``sim/...`` models get the simulator; anything else goes through litellm, with the API key
-    read at call time from the environment variable named ``api_key_env``.
+    read at call time from the environment variable named ``api_key_env``, and a schema asked
+    for in ``json_dialect`` (``dialects.resolve_dialect``).
     """
     if is_simulated(model):
         from orchestrator.providers.simulator import make_simulated_client
@@ -46,6 +48,7 @@ def make_client(
         params=dict(params or {}),
         price_in=price_in,
         price_out=price_out,
+        json_dialect=json_dialect,
     )
 
 

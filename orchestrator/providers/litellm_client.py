@@ -17,6 +17,7 @@ from typing import Any
 
 from orchestrator.engine.types import Completion, ConfigurationError, Message, ModelError
 from orchestrator.providers.calls import outgoing_headers
+from orchestrator.providers.dialects import AUTO, resolve_dialect, schema_params
 
 RETRYABLE_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 MAX_ERROR_LENGTH = 300
@@ -91,6 +92,8 @@ class LiteLLMClient:
     params: Mapping[str, Any] = field(default_factory=dict)
     price_in: float = 0.0
     price_out: float = 0.0
+    json_dialect: str = AUTO
+    """How a schema is asked for (``dialects.resolve_dialect``)."""
 
     def _api_key(self) -> str | None:
         missing = missing_key_variables(
@@ -102,7 +105,13 @@ class LiteLLMClient:
             return NO_KEY_PLACEHOLDER if self.api_base else None
         return os.environ[self.api_key_env]
 
-    async def complete(self, messages: Sequence[Message], *, timeout: float) -> Completion:
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        timeout: float,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Completion:
         litellm = _load_litellm()
         api_key = self._api_key()
         arguments: dict[str, Any] = {
@@ -113,6 +122,14 @@ class LiteLLMClient:
             "num_retries": 0,
             "max_retries": 0,
         }
+        constrained = ""
+        if schema is not None:
+            dialect = resolve_dialect(self.json_dialect, model=self.model, api_base=self.api_base)
+            for name, value in schema_params(dialect, schema).items():
+                if name == "extra_body":  # beside what the parameters put there
+                    value = {**dict(arguments.get("extra_body") or {}), **value}
+                arguments[name] = value
+            constrained = dialect
         if self.api_base:
             arguments["api_base"] = self.api_base
             # Another Conductor Studio server (or this one) reads them: depth limit, step link.
@@ -131,10 +148,10 @@ class LiteLLMClient:
                 raise
             raise model_error from None
         latency = time.perf_counter() - started
-        return self._completion(litellm, response, latency, api_key)
+        return self._completion(litellm, response, latency, api_key, constrained)
 
     def _completion(
-        self, litellm: Any, response: Any, latency: float, api_key: str | None
+        self, litellm: Any, response: Any, latency: float, api_key: str | None, constrained: str
     ) -> Completion:
         try:
             text = response.choices[0].message.content
@@ -152,7 +169,7 @@ class LiteLLMClient:
                 cost = float(litellm.completion_cost(completion_response=response) or 0.0)
             except Exception:  # noqa: BLE001 - litellm raises plain Exception for unpriced models
                 cost = 0.0
-        return Completion(text, tokens_in, tokens_out, cost, latency)
+        return Completion(text, tokens_in, tokens_out, cost, latency, constrained)
 
 
 def _as_model_error(

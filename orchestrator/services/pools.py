@@ -96,6 +96,9 @@ POOL_EDITABLE = (
     "cost_budget",
     "conductor_max_tokens",
     "worker_max_tokens",
+    "conductor_output",
+    "conductor_json_dialect",
+    "plan_fallback",
 )
 WORKER_EDITABLE = (
     "name",

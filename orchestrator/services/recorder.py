@@ -518,6 +518,9 @@ class RunRecorder:
                 attempts=attempts_to_data(plan.attempts),
                 workflow=workflow_to_data(plan.workflow),
                 error=plan.error,
+                form=plan.form,
+                constrained=plan.constrained,
+                fallback=plan.fallback,
                 reused_from_id=plan.reused_from,
             )
         return list(rows.values())

@@ -26,6 +26,9 @@ def form_data(pool: Pool, rows: list[dict], **changes) -> dict:
         "max_rounds": pool.max_rounds, "access_mode": pool.access_mode,
         "show_worker_names": "on", "step_timeout": pool.step_timeout,
         "token_budget": pool.token_budget or "", "cost_budget": pool.cost_budget or "",
+        "conductor_output": pool.conductor_output,
+        "conductor_json_dialect": pool.conductor_json_dialect,
+        "plan_fallback": pool.plan_fallback,
         "conductor_max_tokens": pool.conductor_max_tokens or "",
         "worker_max_tokens": pool.worker_max_tokens or "",
         "workers-TOTAL_FORMS": len(rows), "workers-INITIAL_FORMS": 0,
@@ -94,6 +97,25 @@ def test_an_admin_bounds_calls_on_the_pool_page(client, project, project_admin):
     changes = {e.action: e.after for e in AuditEntry.objects.all()}
     assert changes["pool.update"] == {"conductor_max_tokens": 300, "worker_max_tokens": None}
     assert changes["worker.update"] == {"max_tokens": 40}
+    chosen = client.post(
+        reverse("pool-detail", args=[pool.pk]),
+        form_data(
+            pool,
+            rows,
+            conductor_output="json",
+            conductor_json_dialect="ollama",
+            plan_fallback="single",
+            conductor_max_tokens=300,
+            worker_max_tokens="",
+        ),
+    )
+    assert chosen.status_code == 302
+    pool.refresh_from_db()
+    assert (pool.conductor_output, pool.conductor_json_dialect, pool.plan_fallback) == (
+        "json",
+        "ollama",
+        "single",
+    )
     bad = client.post(
         reverse("pool-detail", args=[pool.pk]), form_data(pool, rows, conductor_max_tokens=0)
     )

@@ -151,6 +151,28 @@ class PoolCreateInputSerializer(InputSerializer):
     cost_budget = NumberField(
         min_value=0, max_value=MAX_COST_BUDGET, allow_null=True, required=False
     )
+    conductor_output = serializers.ChoiceField(
+        choices=Pool._meta.get_field("conductor_output").choices,
+        required=False,
+        help_text="text: reasoning then the three Python lists (fine-tuned conductors); json: "
+        "one JSON object of steps, asked of the server as output constrained to the plan's "
+        "JSON schema (small general models).",
+    )
+    conductor_json_dialect = serializers.ChoiceField(
+        choices=Pool._meta.get_field("conductor_json_dialect").choices,
+        required=False,
+        help_text="How json output asks for the schema: openai (response_format json_schema), "
+        "llamacpp (response_format json_object with schema), vllm (guided_json), ollama "
+        "(format), or auto: ollama/ and ollama_chat/ models ollama, hosted_vllm/ models vllm, "
+        "other models with an API base llamacpp, the rest openai.",
+    )
+    plan_fallback = serializers.ChoiceField(
+        choices=Pool._meta.get_field("plan_fallback").choices,
+        required=False,
+        help_text="When the conductor's plan is unusable after its repairs: fail the run, or "
+        "single: the pool's first enabled worker answers alone (a later round keeps its "
+        "answer), marked as a fallback.",
+    )
     conductor_max_tokens = WholeNumberField(
         min_value=1,
         max_value=MAX_OUTPUT_TOKENS,
@@ -245,6 +267,9 @@ class PoolDetailOutputSerializer(serializers.Serializer):
     cost_budget = serializers.FloatField(allow_null=True)
     conductor_max_tokens = serializers.IntegerField(allow_null=True)
     worker_max_tokens = serializers.IntegerField(allow_null=True)
+    conductor_output = serializers.CharField()
+    conductor_json_dialect = serializers.CharField()
+    plan_fallback = serializers.CharField()
     can_edit = serializers.SerializerMethodField()
     workers = serializers.SerializerMethodField()
 

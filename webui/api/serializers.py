@@ -131,13 +131,25 @@ RUN_SUMMARY_COLUMNS = (
     *("score", "error", "tokens_in", "tokens_out", "cost", "model_calls", "wall_time"),
     *("step_count", "created_by_id", _CREATOR_NAME, "created_at", "started_at", "finished_at"),
     "last_seq",
+    "fell_back",
 )
 
 
+def _fell_back(run) -> bool:
+    return selectors.run_has_fallback(run=run)
+
+
 def run_summary_row(run) -> dict[str, typing.Any]:
-    """A run instance as the row ``values(*RUN_SUMMARY_COLUMNS)`` reads of it."""
+    """A run instance as the row ``values(*RUN_SUMMARY_COLUMNS)`` reads of it (``fell_back``
+    read when the instance did not come annotated by ``selectors.run_list``)."""
+    fell_back = _fell_back(run)
     return {
-        **{column: getattr(run, column) for column in RUN_SUMMARY_COLUMNS if "__" not in column},
+        **{
+            column: getattr(run, column)
+            for column in RUN_SUMMARY_COLUMNS
+            if "__" not in column and column != "fell_back"
+        },
+        "fell_back": fell_back,
         "pool__name": run.pool.name,
         _CREATOR_NAME: run.created_by.get_username() if run.created_by_id else None,
     }
@@ -186,6 +198,14 @@ class RunSummaryOutputSerializer(RunPageUrlMixin):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     last_seq = serializers.IntegerField(help_text="The seq of the run's latest live event.")
+    fallback = serializers.SerializerMethodField(
+        help_text="True when a round's plan is the pool's plan_fallback, not one the conductor "
+        "wrote (its plans say which and why)."
+    )
+
+    @extend_schema_field(serializers.BooleanField())
+    def get_fallback(self, run) -> bool:
+        return bool(_fell_back(run))
 
     def to_representation(self, run) -> dict[str, typing.Any]:
         """The fields above, written out by hand: the runs list serialises a page of these per
@@ -234,6 +254,7 @@ class RunSummaryOutputSerializer(RunPageUrlMixin):
             "started_at": None if row["started_at"] is None else when(row["started_at"]),
             "finished_at": None if row["finished_at"] is None else when(row["finished_at"]),
             "last_seq": row["last_seq"],
+            "fallback": row["fell_back"],
         }
 
     def _run_url(self, run_id: int) -> str:
@@ -373,9 +394,25 @@ class PlanOutputSerializer(serializers.Serializer):
     messages = MessageOutputSerializer(many=True)
     attempts = PlanAttemptOutputSerializer(many=True)
     workflow = PlanStepOutputSerializer(
-        many=True, allow_null=True, help_text="null when no attempt could be used; [] accepts."
+        many=True,
+        allow_null=True,
+        help_text="null when no attempt could be used; [] accepts. With a fallback, the "
+        "fallback's workflow, not the conductor's.",
     )
     error = serializers.CharField()
+    form = serializers.CharField(
+        help_text='What the conductor\'s workflow was read from: "lists" (the three Python '
+        'lists) or "json"; "" for a fixed strategy or when no attempt could be used.'
+    )
+    constrained = serializers.CharField(
+        help_text="How the conductor's output was held to the plan's JSON schema: openai, "
+        'llamacpp, vllm, ollama or simulated; "" in text output.'
+    )
+    fallback = serializers.CharField(
+        help_text='"" when the workflow is the strategy\'s own. "single": the conductor\'s '
+        "plan was unusable (error says why) and the pool's first worker answered alone; "
+        '"kept": the same in a later round, whose answer before was kept.'
+    )
     created_at = serializers.DateTimeField()
 
 
@@ -451,6 +488,9 @@ def _plan(plan, when) -> dict[str, typing.Any]:
         "attempts": _or_none(plan.attempts, _plan_attempts),
         "workflow": _or_none(plan.workflow, _workflow),
         "error": plan.error,
+        "form": plan.form,
+        "constrained": plan.constrained,
+        "fallback": plan.fallback,
         "created_at": _or_none(plan.created_at, when),
     }
 

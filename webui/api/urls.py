@@ -23,7 +23,7 @@ from webui.api.experiments import (
     ExperimentResumeApi,
     ExperimentRunsApi,
 )
-from webui.api.exports import TrajectoryExportApi
+from webui.api.exports import RunCsvExportApi, RunJsonlExportApi, TrajectoryExportApi
 from webui.api.keys import ApiKeyListCreateApi, ApiKeyRevokeApi
 from webui.api.pools import (
     ConductorConnectionTestApi,
@@ -80,6 +80,8 @@ def api_not_found(request: HttpRequest) -> JsonResponse:
 urlpatterns = [
     path("runs/", RunListCreateApi.as_view(), name="api-run-list"),
     path("runs/changes/", RunListChangesApi.as_view(), name="api-run-changes"),
+    path("runs/export.csv", RunCsvExportApi.as_view(), name="api-run-export-csv"),
+    path("runs/export.jsonl", RunJsonlExportApi.as_view(), name="api-run-export-jsonl"),
     path("runs/<id:run_id>/", RunDetailApi.as_view(), name="api-run-detail"),
     path("runs/<id:run_id>/graph/", RunGraphApi.as_view(), name="api-run-graph"),
     path("runs/<id:run_id>/steps/", RunStepsApi.as_view(), name="api-run-steps"),

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 from orchestrator.engine.grading import (
     ExpressionError,
@@ -20,7 +21,7 @@ from orchestrator.engine.grading import (
     extract_answer,
     last_code_block,
 )
-from orchestrator.engine.plan import format_workflow
+from orchestrator.engine.plan import format_workflow, format_workflow_json
 from orchestrator.engine.types import ALL, Access, Completion, Message, StepSpec, Workflow
 from orchestrator.providers.simulator.reading import (
     ConductorPrompt,
@@ -132,11 +133,23 @@ class SimulatedConductor:
     price_in: float = 0.0
     price_out: float = 0.0
 
-    async def complete(self, messages: Sequence[Message], *, timeout: float) -> Completion:
-        return await simulated_call(self, messages, timeout=timeout)
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        timeout: float,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Completion:
+        """With a ``schema`` (the plan's, in "json" output) the workflow alone, as JSON."""
+        if schema is None:
+            return await simulated_call(self, messages, timeout=timeout)
+        as_json = _AsJson(self, self.model, self.latency, self.seed, self.price_in, self.price_out)
+        completion = await simulated_call(as_json, messages, timeout=timeout)
+        return replace(completion, constrained="simulated")
 
-    def respond(self, messages: Sequence[Message]) -> str:
-        """Reasoning followed by the three lists (pure and deterministic)."""
+    def respond(self, messages: Sequence[Message], *, as_json: bool = False) -> str:
+        """Reasoning followed by the three lists (pure and deterministic); ``as_json``: the
+        workflow alone, in JSON."""
         prompt = read_conductor_prompt(messages)
         label = f"[simulated {self.model}]"
         if prompt is None or not prompt.workers:
@@ -156,6 +169,8 @@ class SimulatedConductor:
                     if task
                     else "I have no check for a question outside the suite, so I accept the answer."
                 )
+                if as_json:
+                    return format_workflow_json(Workflow(()))
                 return "\n".join(reasoning) + "\n\n" + format_workflow(Workflow(()))
             reasoning.append(f"The previous answer {problem}, so I ask for a repair.")
             note = f"The previous answer {problem}. "
@@ -165,6 +180,8 @@ class SimulatedConductor:
         steps, why = self._shape(domain, pool, prompt, note)
         reasoning.append(why)
         workflow = Workflow(tuple(steps))
+        if as_json:
+            return format_workflow_json(workflow)
         return "\n".join(reasoning) + "\n\n" + format_workflow(workflow)
 
     def _shape(
@@ -237,3 +254,18 @@ class SimulatedConductor:
         return [StepSpec(best, f"{note}Solve the question step by step. {finish}", ())], (
             f"Only one step allowed: Model {best}, the strongest for {domain}."
         )
+
+
+@dataclass(slots=True)
+class _AsJson:
+    """The simulated conductor as a model whose output is held to the plan's schema."""
+
+    conductor: SimulatedConductor
+    model: str
+    latency: float
+    seed: int
+    price_in: float
+    price_out: float
+
+    def respond(self, messages: Sequence[Message]) -> str:
+        return self.conductor.respond(messages, as_json=True)

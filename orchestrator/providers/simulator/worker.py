@@ -19,7 +19,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 from orchestrator.engine.types import Completion, Message, ModelError
 from orchestrator.providers.simulator.reading import WorkerTurn, read_worker_turn
@@ -161,7 +161,14 @@ class SimulatedWorker:
     def label(self) -> str:
         return f"[simulated {self.model}]"
 
-    async def complete(self, messages: Sequence[Message], *, timeout: float) -> Completion:
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        timeout: float,
+        schema: Mapping[str, Any] | None = None,
+    ) -> Completion:
+        """A simulated worker writes text: a schema asked of it is not followed."""
         return await simulated_call(self, messages, timeout=timeout)
 
     def respond(self, messages: Sequence[Message]) -> str:

@@ -67,6 +67,7 @@ function stepFacts(step) {
 export function planLabel(round, status, stepCount) {
   if (status === "accepted") return `Round ${round}: the conductor\naccepts the answer`;
   if (status === "failed") return `Round ${round}: the conductor\nwrote no usable plan`;
+  if (status === "fallback") return `Round ${round}: no usable plan;\nfallback, not the conductor's`;
   return `Round ${round}: conductor\nplans ${stepCount === 1 ? "1 step" : `${stepCount} steps`}`;
 }
 

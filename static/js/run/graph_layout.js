@@ -16,6 +16,7 @@ const MAX_FIT_ZOOM = 1.1;
 const BOTTOM_ROOM = 40;
 
 export function planStatus(plan) {
+  if (plan.fallback) return "fallback";
   if (plan.error) return "failed";
   return plan.accepts ? "accepted" : "succeeded";
 }

@@ -96,6 +96,8 @@ export function graphStyle(c, { large, geometry }) {
     { selector: 'node.plan[status = "accepted"]', style: { shape: "round-tag", "border-style": "solid", "border-width": 3 } },
     { selector: 'node.plan[status = "accepted"]', style: { "border-color": c.planning, "background-color": c.planningSoft } },
     { selector: 'node.plan[status = "succeeded"]', style: { "border-color": c.planning, "background-color": c.planningSoft } },
+    // The pool's fallback stood in for a plan the conductor could not write.
+    { selector: 'node.plan[status = "fallback"]', style: { "border-style": "dashed", "border-width": 3, "border-color": c.steps.failed.line, "background-color": c.planningSoft } },
     ...roundBoxRules(c, {}),
     {
       selector: "edge",

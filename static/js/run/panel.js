@@ -187,13 +187,20 @@ export class DetailsPanel {
       failed: "No usable workflow: the run failed.",
       accepted: "Accepted the previous answer (empty lists).",
       succeeded: `A workflow of ${(plan.workflow || []).length} steps.`,
+      fallback:
+        plan.fallback === "kept"
+          ? "No usable workflow: the pool's fallback kept the answer of the round before."
+          : "No usable workflow: the pool's fallback had its first worker answer alone. The workflow below is the fallback's, not the conductor's.",
     }[status];
+    const form = { lists: "Python lists", json: "JSON" }[plan.form];
+    const written = form ? `${form}${plan.constrained ? ` (output constrained to the plan's schema: ${plan.constrained})` : ""}` : "";
     const sections = [
       element(
         "dl",
         { class: "panel-facts" },
         ...fact("Strategy", plan.strategy),
         ...fact("Outcome", outcome),
+        ...(written ? fact("Written as", written) : []),
         ...fact("Attempts", formatCount(attempts.length)),
       ),
     ];

@@ -170,3 +170,53 @@ async def test_the_conductors_tokens_count_toward_the_budget():
     assert result.status == "failed"
     assert "token budget" in result.error and "5100" in result.error
     assert worker_client.call_count == 0
+
+
+async def test_the_single_fallback_has_the_first_worker_answer_alone():
+    conductor = FakeClient([GARBAGE])
+    worker_client = FakeClient(["Answer: 42"])
+    settings = RunSettings(max_parse_retries=1, max_rounds=1, plan_fallback="single")
+    result = await run_with(conductor, worker_client, settings)
+
+    assert result.status == "succeeded" and result.answer == "Answer: 42"
+    (record,) = result.plans
+    assert record.fallback == "single" and "found no workflow" in record.error
+    assert record.workflow == Workflow((StepSpec(0, prompts.SOLVE, ()),))
+    assert conductor.call_count == 2 and worker_client.call_count == 1
+
+
+async def test_a_later_round_falling_back_keeps_the_answer_it_has():
+    workflow = format_workflow(Workflow((StepSpec(1, "Solve it", ()),)))
+    conductor = FakeClient([workflow, GARBAGE])
+    worker_client = FakeClient(["Answer: 42"])
+    settings = RunSettings(max_rounds=2, max_parse_retries=0, plan_fallback="single")
+    result = await run_with(conductor, worker_client, settings)
+
+    assert result.status == "succeeded" and result.answer == "Answer: 42"
+    assert [plan.fallback for plan in result.plans] == ["", "kept"]
+    assert result.plans[1].workflow.accepts and worker_client.call_count == 1
+
+
+async def test_an_unreachable_conductor_is_no_plan_to_fall_back_from():
+    conductor = FakeClient([ModelError("refused", retryable=False)])
+    settings = RunSettings(plan_fallback="single")
+    result = await run_with(conductor, FakeClient(), settings)
+    assert result.status == "failed" and "could not be reached" in result.error
+    assert result.plans[0].fallback == ""
+
+
+async def test_json_output_asks_for_the_plan_schema_and_reads_the_json():
+    seen = []
+
+    class SchemaClient(FakeClient):
+        async def complete(self, messages, *, timeout, schema=None):
+            seen.append(schema)
+            return await super().complete(messages, timeout=timeout)
+
+    reply = '{"steps": [{"worker": 1, "instruction": "Solve it", "access": []}]}'
+    settings = RunSettings(conductor_output="json", max_steps=3)
+    record = await plan(SchemaClient([reply]), settings=settings)
+    assert record.form == "json" and record.workflow.steps[0].worker == 1
+    (schema,) = seen
+    assert schema["properties"]["steps"]["maxItems"] == 3
+    assert '{"steps": [' in record.messages[0]["content"]

@@ -46,9 +46,13 @@ class FakeOpenAI(BaseHTTPRequestHandler):
         FakeOpenAI.requests.append(
             {"path": self.path, "body": body, "authorization": authorization}
         )
+        if self.path in ("/api/generate", "/api/chat"):
+            return self._ollama(body)
         if self.path != "/v1/chat/completions":
             return self._error(404, f"no route {self.path}")
         model = body["model"]
+        if model == "planner":
+            return self._completion(model, plan_reply(requested_schema(body)))
         if model == "broken":
             return self._error(500, "the server fell over")
         if model == "busy":
@@ -64,6 +68,20 @@ class FakeOpenAI(BaseHTTPRequestHandler):
                 401, f"Incorrect API key provided: {authorization.removeprefix('Bearer ')}"
             )
         content = None if model == "silent" else f"echo: {body['messages'][-1]['content']}"
+        self._completion(model, content)
+
+    def _ollama(self, body: dict) -> None:
+        """Ollama's own API (``/api/generate``, ``/api/chat``): ``planner`` as above."""
+        text = plan_reply(requested_schema(body)) if body["model"] == "planner" else "echo"
+        reply = {"model": body["model"], "created_at": "2026-01-01T00:00:00Z", "done": True}
+        reply.update({"prompt_eval_count": 21, "eval_count": 7, "done_reason": "stop"})
+        if self.path == "/api/chat":
+            reply["message"] = {"role": "assistant", "content": text}
+        else:
+            reply["response"] = text
+        self._reply(200, reply)
+
+    def _completion(self, model: str, content: str | None) -> None:
         self._reply(
             200,
             {
@@ -81,6 +99,31 @@ class FakeOpenAI(BaseHTTPRequestHandler):
                 "usage": {"prompt_tokens": 21, "completion_tokens": 7, "total_tokens": 28},
             },
         )
+
+
+def requested_schema(body: dict) -> tuple[str, dict] | None:
+    """The JSON schema a request asks its output to follow, and the dialect it is asked in."""
+    response_format = body.get("response_format") or {}
+    if response_format.get("type") == "json_schema":
+        return "openai", response_format["json_schema"]["schema"]
+    if response_format.get("type") == "json_object" and "schema" in response_format:
+        return "llamacpp", response_format["schema"]
+    if "guided_json" in body:
+        return "vllm", body["guided_json"]
+    if isinstance(body.get("format"), dict):
+        return "ollama", body["format"]
+    return None
+
+
+def plan_reply(requested: tuple[str, dict] | None) -> str:
+    """What the ``planner`` model writes: free text, as a small model does unasked, or, when a
+    schema is asked for, a one-step plan that follows it (its worker the enum's last)."""
+    if requested is None:
+        return "I would ask the strongest model to answer the question directly."
+    _, schema = requested
+    step = schema["properties"]["steps"]["items"]["properties"]
+    worker = step["worker"]["enum"][-1]
+    return json.dumps({"steps": [{"worker": worker, "instruction": "Answer it.", "access": []}]})
 
 
 @pytest.fixture(scope="module")

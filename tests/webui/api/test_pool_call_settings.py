@@ -14,8 +14,15 @@ pytestmark = pytest.mark.django_db
 POOL_SETTINGS = [
     ("conductor_max_tokens", 256, None),
     ("worker_max_tokens", 512, None),
+    ("conductor_output", "json", "text"),
+    ("conductor_json_dialect", "vllm", "auto"),
+    ("plan_fallback", "single", "fail"),
 ]
 BAD_POOL_SETTINGS = [
+    ("conductor_output", "yaml"),
+    ("conductor_json_dialect", "xml"),
+    ("plan_fallback", "retry"),
+    ("plan_fallback", None),
     ("conductor_max_tokens", 0),
     ("conductor_max_tokens", 1.5),
     ("conductor_max_tokens", 10**7),
