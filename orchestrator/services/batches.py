@@ -133,7 +133,7 @@ def batch_create(
         raise ValidationError(
             {
                 "override.from": [
-                    f'No step of the {len(sources)} matching run(s) ran on a worker named '
+                    f"No step of the {len(sources)} matching run(s) ran on a worker named "
                     f'"{checked_override["from"]}": the batch would change nothing.'
                 ]
             }

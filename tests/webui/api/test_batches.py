@@ -71,7 +71,7 @@ def test_an_admin_creates_a_batch_of_the_filtered_runs(
 def test_the_runs_lists_verdict_filter_is_taken(
     api_as, project, project_admin, failed_runs, enqueued
 ):
-    """"Replay these…" from the list's "Failed" result filter sends ``verdict``."""
+    """ "Replay these…" from the list's "Failed" result filter sends ``verdict``."""
     response = api_as(project_admin).post(
         BATCHES_URL, body(project, filters={"verdict": "failed"}), format="json"
     )
