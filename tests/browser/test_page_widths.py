@@ -8,14 +8,21 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-QUESTIONS = ("What is 17 * 23?", "What is 6 times 7?", "Name the capital of France.", "What is 2+2?")
+QUESTIONS = (
+    "What is 17 * 23?",
+    "What is 6 times 7?",
+    "Name the capital of France.",
+    "What is 2+2?",
+)
 
 
 @pytest.fixture
 def four_runs(make_run) -> list[int]:
     runs = [
         make_run(question, strategy)
-        for question, strategy in zip(QUESTIONS, ("conductor", "single", "reflection", "moa"))
+        for question, strategy in zip(
+            QUESTIONS, ("conductor", "single", "reflection", "moa"), strict=True
+        )
     ]
     for run in runs:
         make_run.wait(run)
@@ -35,12 +42,16 @@ def test_four_runs_compared_fit_a_1440_window(browser_page, four_runs):
 
     assert page_overflow(page) == 0
     # The outcome table is read without scrolling it either.
-    assert page.evaluate(
-        "(() => { const w = document.querySelector('#compare-outcome').closest('.table-wrap');"
-        " return w.scrollWidth - w.clientWidth; })()"
-    ) == 0
+    assert (
+        page.evaluate(
+            "(() => { const w = document.querySelector('#compare-outcome').closest('.table-wrap');"
+            " return w.scrollWidth - w.clientWidth; })()"
+        )
+        == 0
+    )
     tops = page.eval_on_selector_all(
-        ".compare-graph-card", "cards => cards.map((c) => Math.round(c.getBoundingClientRect().top))"
+        ".compare-graph-card",
+        "cards => cards.map((c) => Math.round(c.getBoundingClientRect().top))",
     )
     assert len(tops) == 4 and len(set(tops)) == 1  # side by side, one row
     # Every aligned row is shown: no button offers to show them all.
