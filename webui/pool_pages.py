@@ -266,7 +266,7 @@ def pool_detail(request: HttpRequest, pool_id: int) -> HttpResponse:
     """``/pools/<id>/``: the pool, its workers and their usage; its admins edit it here."""
     pool = selectors.pool_get(user=request.user, pool_id=pool_id)
     if pool is None:
-        raise Http404("No such pool.")
+        raise Http404(f"No pool {pool_id} in your projects.")
     can_edit = pool.role == Membership.Role.ADMIN
     if request.method == "POST":
         if not can_edit:
