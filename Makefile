@@ -4,6 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# The address the links that seed_demo and the CLI print point at: the served one, unless
+# CONDUCTOR_BASE_URL says otherwise (a proxy in front, another host name).
+BASE_URL = $(or $(CONDUCTOR_BASE_URL),http://$(HOST):$(PORT))
 PY_STAMP := $(VENV)/.installed
 JS_STAMP := static/vendor/.installed
 # The production path's services (started by .ci/run; on a laptop, point these at yours).
@@ -42,7 +45,7 @@ $(JS_STAMP): package.json package-lock.json scripts/copy_vendor.py
 
 demo: install
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py seed_demo
+	CONDUCTOR_BASE_URL=$(BASE_URL) $(BIN)/python manage.py seed_demo
 	$(MAKE) --no-print-directory serve
 
 serve:

@@ -154,6 +154,13 @@ class Pool(models.Model):
         help_text="When the conductor's plan is still unusable after its repairs. A later "
         "round keeps the answer it has instead. Marked as a fallback wherever it shows.",
     )
+    conductor_max_concurrency = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Conductor calls of this pool that run at once, over every process that "
+        "executes runs; the others wait their turn. Empty: no bound.",
+    )
     conductor_max_tokens = models.PositiveIntegerField(
         null=True,
         blank=True,
@@ -214,6 +221,13 @@ class Worker(models.Model):
         validators=[MinValueValidator(1)],
         help_text="Output tokens one call may write unless its parameters say; empty: the "
         "pool's worker default.",
+    )
+    max_concurrency = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Calls of this worker that run at once, over every process that executes "
+        "runs; the others wait their turn. Empty: no bound.",
     )
 
     class Meta:
@@ -407,6 +421,9 @@ class Step(models.Model):
     tokens_out = models.PositiveIntegerField(default=0)
     cost = models.FloatField(default=0.0)
     latency = models.FloatField(null=True, blank=True)
+    queued = models.FloatField(
+        default=0.0, help_text="Seconds its calls waited for a slot of the worker's bound."
+    )
     attempts = models.PositiveSmallIntegerField(default=0)
     error = models.TextField(blank=True)
     attempt_log = models.JSONField(

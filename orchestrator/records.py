@@ -64,6 +64,7 @@ def attempts_to_data(attempts: list[PlanAttempt]) -> list[dict[str, Any]]:
             "tokens_out": attempt.tokens_out,
             "cost": attempt.cost,
             "latency": attempt.latency,
+            "queued": attempt.queued,
         }
         for attempt in attempts
     ]
@@ -145,6 +146,7 @@ def resume_state_from_rows(plans: list[Plan], steps: list[Step]) -> ResumeState:
             tokens_out=step.tokens_out,
             cost=step.cost,
             latency=step.latency or 0.0,
+            queued=step.queued,
             attempts=step.attempts,
             error=step.error,
             reused_from=step.reused_from_id,

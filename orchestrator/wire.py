@@ -88,7 +88,9 @@ class StepAttempt(TypedDict):
     """One call of a retried step (``Step.attempt_log``): its number (from 1), when it started
     (``offset``, seconds after the step's first call), how long it took (``seconds``), why it
     failed (``error``, "" for the call that succeeded) and the wait before the next call
-    (``backoff``, 0 when none followed)."""
+    (``backoff``, 0 when none followed). A call that waited for a slot of the worker's
+    concurrency bound starts that much later: the time between one call's backoff and the next
+    call (before the first call: its offset) is the wait in the queue."""
 
     attempt: int
     offset: float
@@ -115,6 +117,8 @@ class Step(TypedDict):
     tokens_out: int
     cost: float
     latency: float | None
+    queued: float
+    """Seconds its calls waited for a slot of the worker's concurrency bound (not in latency)."""
     attempts: int
     error: str
     attempt_log: list[StepAttempt]
@@ -139,6 +143,8 @@ class Plan(TypedDict):
     """What the conductor's workflow was read from: "lists", "json" or ""."""
     fallback: str
     """"single" or "kept" when the pool's plan_fallback stood in for an unusable plan."""
+    queued: float
+    """Seconds the conductor's calls waited for a slot of the pool's bound (not in latency)."""
 
 
 class RunSummary(TypedDict):
@@ -548,6 +554,7 @@ def step_data(step: StepRow) -> Step:
         "tokens_out": step.tokens_out,
         "cost": step.cost,
         "latency": step.latency,
+        "queued": step.queued,
         "attempts": step.attempts,
         "error": step.error,
         "attempt_log": step.attempt_log,
@@ -560,8 +567,8 @@ def step_data(step: StepRow) -> Step:
 # The columns step_data reads, in the order step_rows_data takes them from ``values_list``.
 STEP_DATA_COLUMNS: Final = (
     "id", "round", "index", "worker_name", "worker_index", "model", "instruction", "access",
-    "reads", "status", "tokens_in", "tokens_out", "cost", "latency", "attempts", "error",
-    "attempt_log", "reused_from_id", "started_at", "finished_at",
+    "reads", "status", "tokens_in", "tokens_out", "cost", "latency", "queued", "attempts",
+    "error", "attempt_log", "reused_from_id", "started_at", "finished_at",
 )  # fmt: skip
 _STEP_KEYS: Final = tuple(Step.__annotations__)
 _STEP_TIMES: Final = ("started_at", "finished_at")
@@ -605,7 +612,18 @@ def plan_data(plan: PlanRow) -> Plan:
         "finished_at": iso(plan.created_at),
         "form": plan.form,
         "fallback": plan.fallback,
+        "queued": _attempts_queued(plan.attempts),
     }
+
+
+def _attempts_queued(attempts: Any) -> float:
+    return float(
+        sum(
+            attempt.get("queued") or 0
+            for attempt in attempts or ()
+            if isinstance(attempt, dict) and isinstance(attempt.get("queued"), int | float)
+        )
+    )
 
 
 def _attempts_latency(attempts: Any) -> float | None:

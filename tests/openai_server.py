@@ -21,7 +21,7 @@ def running_openai_server(host: str = "127.0.0.1") -> Iterator[str]:
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
-    FakeOpenAI.requests.clear()
+    FakeOpenAI.reset()
     try:
         yield f"http://{host}:{httpd.server_address[1]}/v1"
     finally:

@@ -140,6 +140,7 @@ class PoolAdmin(admin.ModelAdmin):
                     "cost_budget",
                     "conductor_max_tokens",
                     "worker_max_tokens",
+                    "conductor_max_concurrency",
                 ]
             },
         ),

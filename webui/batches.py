@@ -84,7 +84,7 @@ def batch_detail(request: HttpRequest, batch_id: int) -> HttpResponse:
     polling ``GET /api/batches/<id>/`` until every replay has finished."""
     batch = selectors.batch_get(user=request.user, batch_id=batch_id)
     if batch is None:
-        raise Http404("No such batch.")
+        raise Http404(f"No batch {batch_id} in your projects.")
     context = {
         "batch": batch,
         "batch_state": selectors.batch_summary(batch=batch),

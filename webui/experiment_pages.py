@@ -125,7 +125,7 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
     """``/datasets/<id>/``: its items, its experiments, and a form to start one."""
     dataset = selectors.dataset_get(user=request.user, dataset_id=dataset_id)
     if dataset is None:
-        raise Http404("No such dataset.")
+        raise Http404(f"No dataset {dataset_id} in your projects.")
     can_run = selectors.user_can_run(user=request.user, project=dataset.project_id)
     pools = [
         p for p in selectors.pools_for(user=request.user) if p.project_id == dataset.project_id
@@ -162,12 +162,28 @@ def dataset_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
     return render(request, "datasets/detail.html", context, status=400 if form.errors else 200)
 
 
+EXPERIMENTS_SHOWN = 200
+
+
+@login_required
+def experiments_page(request: HttpRequest) -> HttpResponse:
+    """``/experiments/``: the experiments of the user's projects, newest first, with their
+    dataset, status and progress; a new one starts from its dataset's page."""
+    experiments = list(selectors.experiment_list(user=request.user)[: EXPERIMENTS_SHOWN + 1])
+    context = {
+        "experiments": experiments[:EXPERIMENTS_SHOWN],
+        "more": len(experiments) > EXPERIMENTS_SHOWN,
+        "shown": EXPERIMENTS_SHOWN,
+    }
+    return render(request, "experiments/list.html", context)
+
+
 @login_required
 def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
     """``/experiments/<id>/``: progress (polled), the scoreboard, the chart, head to head."""
     experiment = selectors.experiment_get(user=request.user, experiment_id=experiment_id)
     if experiment is None:
-        raise Http404("No such experiment.")
+        raise Http404(f"No experiment {experiment_id} in your projects.")
     context = {
         "experiment": experiment,
         "arms": selectors.experiment_arms(experiment=experiment),

@@ -27,6 +27,7 @@ urlpatterns = [
     path("datasets/", experiment_pages.datasets_page, name="datasets"),
     path("datasets/suite/", experiment_pages.dataset_suite_view, name="dataset-suite"),
     path("datasets/<id:dataset_id>/", experiment_pages.dataset_detail, name="dataset-detail"),
+    path("experiments/", experiment_pages.experiments_page, name="experiments"),
     path(
         "experiments/<id:experiment_id>/",
         experiment_pages.experiment_detail,

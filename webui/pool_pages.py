@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from orchestrator import selectors
 from orchestrator.models import Membership, Pool, Project
 from orchestrator.services.pools import (
+    MAX_CONCURRENCY,
     MAX_COST_BUDGET,
     MAX_DESCRIPTION_CHARS,
     MAX_OUTPUT_TOKENS,
@@ -113,6 +114,11 @@ class PoolForm(forms.Form):
         help_text="Output tokens per conductor call unless its parameters set max_tokens. "
         "Empty: no bound.",
     )  # fmt: skip
+    conductor_max_concurrency = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_CONCURRENCY, label="Conductor calls at once",
+        help_text="Over every process that executes runs; the others wait their turn. "
+        "Empty: no bound.",
+    )  # fmt: skip
     worker_max_tokens = forms.IntegerField(
         required=False, min_value=1, max_value=MAX_OUTPUT_TOKENS, initial=Pool._meta.get_field("worker_max_tokens").default,
         label="Worker max tokens",
@@ -135,6 +141,7 @@ class WorkerForm(forms.Form):
     )
     enabled = forms.BooleanField(required=False, initial=True)
     max_tokens = forms.IntegerField(required=False, min_value=1, max_value=MAX_OUTPUT_TOKENS)
+    max_concurrency = forms.IntegerField(required=False, min_value=1, max_value=MAX_CONCURRENCY)
 
 
 WorkerFormSet = forms.formset_factory(
@@ -259,7 +266,7 @@ def pool_detail(request: HttpRequest, pool_id: int) -> HttpResponse:
     """``/pools/<id>/``: the pool, its workers and their usage; its admins edit it here."""
     pool = selectors.pool_get(user=request.user, pool_id=pool_id)
     if pool is None:
-        raise Http404("No such pool.")
+        raise Http404(f"No pool {pool_id} in your projects.")
     can_edit = pool.role == Membership.Role.ADMIN
     if request.method == "POST":
         if not can_edit:

@@ -194,6 +194,9 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 # How runs execute: "inline" (a task on the server's own event loop) or "celery".
+# A holder of a concurrency slot (a model call of a bounded worker or conductor, held in Redis)
+# renews it every third of this; a process that dies frees its slots after it.
+CONDUCTOR_SLOT_TTL_SECONDS = float(os.environ.get("CONDUCTOR_SLOT_TTL_SECONDS", "30"))
 CONDUCTOR_EXECUTION = os.environ.get("CONDUCTOR_EXECUTION", "celery" if REDIS_URL else "inline")
 if CONDUCTOR_EXECUTION not in {"inline", "celery"}:
     raise ImproperlyConfigured("CONDUCTOR_EXECUTION must be 'inline' or 'celery'.")

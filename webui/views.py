@@ -270,7 +270,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     laid-out graph) and kept live over its websocket with the events after that seq."""
     run = selectors.run_get(user=request.user, run_id=run_id)
     if run is None:
-        raise Http404("No such run.")
+        raise Http404(f"No run {run_id} in your projects.")
     match = selectors.reference_for_question(question=run.input) if run.reference else None
     context = {
         "run": run,
@@ -294,7 +294,7 @@ def run_family(request: HttpRequest, run_id: int) -> HttpResponse:
     status, score, tokens and cost (``GET /api/runs/{id}/family/`` gives the same)."""
     run = selectors.run_get(user=request.user, run_id=run_id)
     if run is None:
-        raise Http404("No such run.")
+        raise Http404(f"No run {run_id} in your projects.")
     family = selectors.run_family(run=run)
     runs = [
         {

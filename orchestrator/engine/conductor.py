@@ -22,6 +22,7 @@ from orchestrator.engine.types import (
     PlanAttempt,
     PlanRecord,
     RunSettings,
+    Slots,
     StepSpec,
     WorkerInfo,
     Workflow,
@@ -43,9 +44,15 @@ class PromptedConductor:
     """
 
     def __init__(
-        self, client: ModelClient, *, name: str = "conductor", sleep: Sleep = asyncio.sleep
+        self,
+        client: ModelClient,
+        *,
+        name: str = "conductor",
+        sleep: Sleep = asyncio.sleep,
+        slots: Slots | None = None,
     ) -> None:
         self.client = client
+        self.slots = slots
         self.name = name
         self.max_rounds: int | None = None
         self.sleep = sleep
@@ -74,8 +81,8 @@ class PromptedConductor:
             )
         )
 
-        def record_failed_call(error: str, seconds: float) -> None:
-            record.attempts.append(PlanAttempt(raw="", error=error, latency=seconds))
+        def record_failed_call(error: str, seconds: float, queued: float) -> None:
+            record.attempts.append(PlanAttempt(raw="", error=error, latency=seconds, queued=queued))
 
         schema = None
         if settings.conductor_output == "json" and workers:
@@ -94,6 +101,7 @@ class PromptedConductor:
                 sleep=self.sleep,
                 on_failed_attempt=record_failed_call,
                 schema=schema,
+                slots=self.slots,
             )
             completion = outcome.completion
             if completion is None:
@@ -105,6 +113,7 @@ class PromptedConductor:
                 tokens_out=completion.tokens_out,
                 cost=completion.cost,
                 latency=outcome.latency,
+                queued=outcome.last_queued,
             )
             record.attempts.append(attempt)
             record.constrained = completion.constrained

@@ -12,6 +12,7 @@ finishing step wakes only the steps that read it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from orchestrator.engine.types import (
     RunObserver,
     RunResult,
     RunSettings,
+    Slots,
     StepAttempt,
     StepRecord,
     Strategy,
@@ -45,13 +47,16 @@ Sleep = Callable[[float], Awaitable[object]]
 class CallOutcome:
     """The end of a model call with retries: the completion (None if every attempt failed) and
     the error of the last failed attempt ("" if the first attempt succeeded). ``log`` has every
-    attempt when one failed (empty when the first one succeeded)."""
+    attempt when one failed (empty when the first one succeeded). ``queued``: seconds waited
+    for a slot over every attempt; ``last_queued``: the last attempt's."""
 
     completion: Completion | None
     attempts: int
     latency: float
     error: str = ""
     log: list[StepAttempt] = field(default_factory=list)
+    queued: float = 0.0
+    last_queued: float = 0.0
 
 
 async def call_with_retries(
@@ -60,16 +65,20 @@ async def call_with_retries(
     *,
     settings: RunSettings,
     sleep: Sleep = asyncio.sleep,
-    on_failed_attempt: Callable[[str, float], None] | None = None,
+    on_failed_attempt: Callable[[str, float, float], None] | None = None,
     schema: Mapping[str, Any] | None = None,
+    slots: Slots | None = None,
 ) -> CallOutcome:
     """Call ``client`` under the step timeout, retrying retryable ModelErrors with backoff.
 
     Waits ``settings.backoff * 2 ** (attempt - 1)`` before attempt ``attempt + 1``, for at most
-    ``settings.max_attempts`` attempts. ``on_failed_attempt(error, seconds)`` hears of every
-    attempt that failed (the conductor records each as a PlanAttempt); the outcome's ``log`` has
-    every attempt, with the backoff waited after it, once one failed (a step stores it).
-    ``latency`` is that of the successful call: what the client reported, else what was measured. Only ModelError is caught.
+    ``settings.max_attempts`` attempts. With ``slots``, each attempt first waits for a free slot
+    and holds it for its call only (not over a backoff); the step timeout counts from the
+    call's start, never the wait. ``on_failed_attempt(error, seconds, queued)`` hears of every
+    attempt that failed (the conductor records each as a PlanAttempt); the outcome's ``log``
+    has every attempt, with the backoff waited after it, once one failed (a step stores it).
+    ``latency`` is that of the successful call: what the client reported, else what was
+    measured. Only ModelError is caught.
     A ModelError that is not retryable (a ConfigurationError always: a missing key, a refused
     key, an unknown model) ends the call after that one attempt. ``schema`` goes to the client
     when given (the conductor's plan in "json" output).
@@ -79,35 +88,42 @@ async def call_with_retries(
     last_error = ""
     log: list[StepAttempt] = []
     first = 0.0
+    queued = 0.0
     while True:
         attempt += 1
-        started = time.perf_counter()
+        waiting = time.perf_counter()
         if attempt == 1:
-            first = started
-        try:
-            async with asyncio.timeout(timeout):
-                if schema is None:
-                    completion = await client.complete(messages, timeout=timeout)
-                else:
-                    completion = await client.complete(messages, timeout=timeout, schema=schema)
-        except TimeoutError:
-            error = ModelError(f"timed out after {timeout:g}s", retryable=True)
-        except ModelError as model_error:
-            error = model_error
-        else:
+            first = waiting
+        error: ModelError | None
+        async with slots.hold() if slots is not None else contextlib.nullcontext():
+            started = waiting if slots is None else time.perf_counter()
+            try:
+                async with asyncio.timeout(timeout):
+                    if schema is None:
+                        completion = await client.complete(messages, timeout=timeout)
+                    else:
+                        completion = await client.complete(messages, timeout=timeout, schema=schema)
+            except TimeoutError:
+                error = ModelError(f"timed out after {timeout:g}s", retryable=True)
+            except ModelError as model_error:
+                error = model_error
+            else:
+                error = None
             ended = time.perf_counter()
+        waited = started - waiting
+        queued += waited
+        if error is None:
             latency = completion.latency or (ended - started)
             if log:
                 log.append(StepAttempt(attempt, started - first, ended - started))
-            return CallOutcome(completion, attempt, latency, last_error, log)
-        ended = time.perf_counter()
+            return CallOutcome(completion, attempt, latency, last_error, log, queued, waited)
         last_error = str(error) or type(error).__name__
         if on_failed_attempt is not None:
-            on_failed_attempt(last_error, ended - started)
+            on_failed_attempt(last_error, ended - started, waited)
         failed = StepAttempt(attempt, started - first, ended - started, last_error)
         log.append(failed)
         if not error.retryable or attempt >= settings.max_attempts:
-            return CallOutcome(None, attempt, 0.0, last_error, log)
+            return CallOutcome(None, attempt, 0.0, last_error, log, queued, waited)
         failed.backoff = settings.backoff * 2 ** (attempt - 1)
         await sleep(failed.backoff)
 
@@ -413,8 +429,13 @@ class _RoundExecution:
         record.status = "running"
         await run.observer.step_started(record)
         outcome = await call_with_retries(
-            worker.client, record.messages, settings=run.settings, sleep=run.sleep
+            worker.client,
+            record.messages,
+            settings=run.settings,
+            sleep=run.sleep,
+            slots=worker.slots,
         )
+        record.queued = outcome.queued
         record.attempts = outcome.attempts
         record.error = outcome.error
         record.attempt_log = outcome.log

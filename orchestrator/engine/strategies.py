@@ -18,6 +18,7 @@ from orchestrator.engine.types import (
     ModelClient,
     PlanRecord,
     RunSettings,
+    Slots,
     StepSpec,
     Strategy,
     WorkerInfo,
@@ -77,11 +78,16 @@ class FixedStrategy:
 
 
 def build_strategy(
-    name: str, *, conductor: ModelClient | None = None, options: Mapping[str, Any] | None = None
+    name: str,
+    *,
+    conductor: ModelClient | None = None,
+    options: Mapping[str, Any] | None = None,
+    conductor_slots: Slots | None = None,
 ) -> Strategy:
     """The Strategy called ``name``, configured by ``options``.
 
-    - ``conductor``: the PromptedConductor over the ``conductor`` client; no options.
+    - ``conductor``: the PromptedConductor over the ``conductor`` client (its calls bounded by
+      ``conductor_slots``); no options.
     - ``single``: ``worker`` (default 0) answers alone.
     - ``reflection``: ``worker`` (default 0) solves, then reviews its previous answer
       ``rounds`` times (default 3, at most MAX_REFLECTION_ROUNDS), each step reading only the
@@ -98,7 +104,7 @@ def build_strategy(
         _reject_unknown(name, options, allowed=())
         if conductor is None:
             raise ValueError('strategy "conductor" needs a conductor model client')
-        return PromptedConductor(conductor)
+        return PromptedConductor(conductor, slots=conductor_slots)
     if name == "single":
         _reject_unknown(name, options, allowed=("worker",))
         worker = _index(name, options, "worker", default=0)

@@ -7,6 +7,7 @@ live events, the CLI) speaks in these types.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
@@ -116,15 +117,25 @@ class ModelClient(Protocol):
     ) -> Completion: ...
 
 
+class Slots(Protocol):
+    """A bound on how many calls to one model run at once, wherever they run (the same bound
+    may be held by every process that executes runs). ``hold()`` waits for a free slot and
+    keeps it for the block; the wait is the call's time in the queue, apart from its latency."""
+
+    def hold(self) -> AbstractAsyncContextManager[object]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerInfo:
-    """A worker of the pool as the engine sees it."""
+    """A worker of the pool as the engine sees it. ``slots``: its concurrency bound (None:
+    unbounded)."""
 
     name: str
     model: str
     description: str
     client: ModelClient
     system_prompt: str = ""
+    slots: Slots | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +187,8 @@ class PlanAttempt:
     tokens_out: int = 0
     cost: float = 0.0
     latency: float = 0.0
+    queued: float = 0.0
+    """Seconds the call waited for a free slot of the conductor's concurrency bound."""
 
 
 @dataclass(slots=True)
@@ -211,7 +224,7 @@ class PlanRecord:
 @dataclass(slots=True)
 class StepAttempt:
     """One call of a step to its worker: its number (from 1), when it started (seconds after the
-    step's first call), how long it took, why it failed ("" for the call that succeeded) and how
+    step began calling: a wait for a slot of the worker's bound comes before), how long it took, why it failed ("" for the call that succeeded) and how
     long the step waited after it before calling again (0 when no call followed)."""
 
     attempt: int
@@ -238,6 +251,9 @@ class StepRecord:
     tokens_out: int = 0
     cost: float = 0.0
     latency: float = 0.0
+    queued: float = 0.0
+    """Seconds the step's calls waited for a free slot of the worker's concurrency bound, in
+    all (``latency`` is the call's own time, as the step timeout counts it)."""
     attempts: int = 0
     error: str = ""
     attempt_log: list[StepAttempt] = field(default_factory=list)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
-from orchestrator.engine.types import ModelClient, WorkerInfo
+from orchestrator.engine.types import ModelClient, Slots, WorkerInfo
 
 SIMULATED_PREFIX = "sim/"
 
@@ -94,10 +94,11 @@ def worker_info(
     *,
     extra_params: Mapping[str, Any] | None = None,
     max_tokens: int | None = None,
+    slots: Slots | None = None,
 ) -> WorkerInfo:
     """The engine's view of ``worker``: its name, model, description and a client for it, called
     with the worker's parameters overridden by ``extra_params``, and ``max_tokens`` when
-    neither bounds the output."""
+    neither bounds the output; ``slots``: its concurrency bound."""
     client = make_client(
         worker.model,
         api_base=worker.api_base,
@@ -109,7 +110,11 @@ def worker_info(
         price_out=worker.price_out,
     )
     return WorkerInfo(
-        name=worker.name, model=worker.model, description=worker.description, client=client
+        name=worker.name,
+        model=worker.model,
+        description=worker.description,
+        client=client,
+        slots=slots,
     )
 
 

@@ -43,7 +43,7 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from orchestrator import selectors
+from orchestrator import selectors, wire
 from orchestrator.engine import strategies
 from orchestrator.models import Batch, BatchItem, Membership, Pool, Project, Run, Step, Worker
 from orchestrator.services.audit import audit_record
@@ -77,6 +77,7 @@ FILTER_KEYS: Final = (
     "score_min",
     "score_max",
     "q",
+    "verdict",
 )
 _FILTER_TEXT_LIMITS: Final = {"worker": MAX_NAME_CHARS, "q": 200}
 
@@ -120,6 +121,20 @@ def batch_create(
                 "filters": [
                     f"More than {MAX_BATCH_RUNS} runs match these filters: narrow them to "
                     f"{MAX_BATCH_RUNS} at most."
+                ]
+            }
+        )
+    if (
+        checked_override["kind"] == OVERRIDE_WORKER
+        and not Step.objects.filter(
+            run_id__in=sources, worker_name=checked_override["from"]
+        ).exists()
+    ):
+        raise ValidationError(
+            {
+                "override.from": [
+                    f"No step of the {len(sources)} matching run(s) ran on a worker named "
+                    f'"{checked_override["from"]}": the batch would change nothing.'
                 ]
             }
         )
@@ -181,6 +196,9 @@ def _checked_filter(key: str, value: Any, *, project: Project) -> tuple[str, Any
     if key == "status":
         if value not in Run.Status.values:
             return f"Choose one of {', '.join(Run.Status.values)}.", None
+    elif key == "verdict":
+        if value not in wire.VERDICTS:
+            return f"Choose one of {', '.join(wire.VERDICTS)}.", None
     elif key == "strategy":
         if value not in strategies.STRATEGIES:
             return f"Choose one of {', '.join(strategies.STRATEGIES)}.", None

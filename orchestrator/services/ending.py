@@ -24,6 +24,20 @@ def run_end_reason(status: str, error: str = "") -> str:
     return "the run ended before this step started"
 
 
+def run_set_end(*, run: Run, status: str, error: str = "") -> list[str]:
+    """Mark ``run`` (locked, not finished) ended now with ``status``: its wall time is the time
+    since it started (none if it never did), as the engine would have stored it. Returns the
+    fields to save."""
+    run.status = status
+    run.error = error
+    run.finished_at = timezone.now()
+    fields = ["status", "error", "finished_at"]
+    if run.started_at is not None and run.wall_time is None:
+        run.wall_time = max(0.0, (run.finished_at - run.started_at).total_seconds())
+        fields.append("wall_time")
+    return fields
+
+
 def lock_open_steps(*, run_id: int) -> list[tuple[int, str]]:
     """(id, status) of the run's pending and running steps, row-locked where the database can.
 
@@ -82,10 +96,7 @@ def run_fail(*, run_id: int, error: str, fence: int | None = None) -> None:
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.is_finished or (fence is not None and run.fence != fence):
             return
-        run.status = Run.Status.FAILED
-        run.error = error
-        run.finished_at = timezone.now()
-        run.save(update_fields=["status", "error", "finished_at"])
+        run.save(update_fields=run_set_end(run=run, status=Run.Status.FAILED, error=error))
         closed = close_open_steps(
             run_id=run_id,
             open_steps=open_steps,

@@ -99,6 +99,7 @@ POOL_EDITABLE = (
     "conductor_output",
     "conductor_json_dialect",
     "plan_fallback",
+    "conductor_max_concurrency",
 )
 WORKER_EDITABLE = (
     "name",
@@ -111,6 +112,7 @@ WORKER_EDITABLE = (
     "description",
     "enabled",
     "max_tokens",
+    "max_concurrency",
 )
 MAX_WORKERS_PER_POOL = 50
 MAX_DESCRIPTION_CHARS = 2_000
@@ -122,6 +124,7 @@ MAX_STEP_TIMEOUT = 3_600.0
 MAX_TOKEN_BUDGET = 100_000_000
 MAX_COST_BUDGET = 100_000.0
 MAX_OUTPUT_TOKENS = 1_000_000
+MAX_CONCURRENCY = 1_000
 # Call parameters that would put a secret in the database: a key goes in an environment
 # variable, named by api_key_env.
 SECRET_PARAM_NAMES = frozenset(
@@ -190,6 +193,9 @@ def _check(instance: Pool | Worker) -> None:
         _bound(errors, "cost_budget", instance.cost_budget, MAX_COST_BUDGET)
         for field in ("conductor_max_tokens", "worker_max_tokens"):
             _bound(errors, field, getattr(instance, field), MAX_OUTPUT_TOKENS)
+        _bound(
+            errors, "conductor_max_concurrency", instance.conductor_max_concurrency, MAX_CONCURRENCY
+        )
         duplicate = Pool.objects.filter(project_id=instance.project_id, name=instance.name)
     else:
         params, base = ("params", instance.params), ("api_base", instance.api_base)
@@ -199,6 +205,7 @@ def _check(instance: Pool | Worker) -> None:
                 errors.setdefault(field, []).append("A price cannot be negative.")
             _bound(errors, field, value, MAX_PRICE)
         _bound(errors, "max_tokens", instance.max_tokens, MAX_OUTPUT_TOKENS)
+        _bound(errors, "max_concurrency", instance.max_concurrency, MAX_CONCURRENCY)
         duplicate = Worker.objects.filter(pool_id=instance.pool_id, name=instance.name)
     if len(instance.description) > MAX_DESCRIPTION_CHARS:
         errors.setdefault("description", []).append(

@@ -54,8 +54,8 @@ logger = logging.getLogger(__name__)
 TOTAL_FIELDS = wire.TOTAL_FIELDS
 STEP_TABLE = Step._meta.db_table
 STEP_RESULT_FIELDS = (
-    "status", "messages", "response", "tokens_in", "tokens_out", "cost", "latency", "attempts",
-    "error", "attempt_log", "finished_at",
+    "status", "messages", "response", "tokens_in", "tokens_out", "cost", "latency", "queued",
+    "attempts", "error", "attempt_log", "finished_at",
 )  # fmt: skip
 _STEP_RESULT_SQL = (
     f"UPDATE {STEP_TABLE} SET {', '.join(f'{field} = %s' for field in STEP_RESULT_FIELDS)} "
@@ -924,6 +924,7 @@ class RunRecorder:
             "tokens_out": record.tokens_out,
             "cost": record.cost,
             "latency": record.latency if succeeded else None,
+            "queued": record.queued,
             "attempts": record.attempts,
             "error": record.error,
             "attempt_log": step_attempts_to_data(record.attempt_log),

@@ -17,7 +17,6 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.utils import timezone
 
 from orchestrator import events, wire
 from orchestrator.engine.code_grading import reference_problem as code_reference_problem
@@ -40,7 +39,13 @@ from orchestrator.models import Membership, Plan, Pool, Run, Step, Worker
 from orchestrator.providers.calls import nested_depth
 from orchestrator.records import resume_state_from_rows
 from orchestrator.selectors import reference_for_question, user_can_run, user_role
-from orchestrator.services.ending import close_open_steps, lock_open_steps, run_end_reason, run_fail
+from orchestrator.services.ending import (
+    close_open_steps,
+    lock_open_steps,
+    run_end_reason,
+    run_fail,
+    run_set_end,
+)
 from orchestrator.services.grading import code_grading_problem
 from orchestrator.services.nesting import CallingStepObserver
 from orchestrator.services.ownership import (
@@ -353,7 +358,12 @@ async def run_execute_async(
         ]
         conductor = _conductor_client(execution.pool) if run.strategy == "conductor" else None
         strategy = build_strategy(
-            run.strategy, conductor=conductor, options=dict(run.strategy_options or {})
+            run.strategy,
+            conductor=conductor,
+            options=dict(run.strategy_options or {}),
+            conductor_slots=_slots(
+                f"conductor:{execution.pool.pk}", execution.pool.conductor_max_concurrency
+            ),
         )
         if execution.replay is not None:
             strategy = replay_strategy(strategy, execution.replay)
@@ -649,7 +659,22 @@ def _worker_info(
     from orchestrator.providers import worker_info
 
     max_tokens = worker.max_tokens if worker.max_tokens is not None else pool.worker_max_tokens
-    return worker_info(worker, extra_params=run_params, max_tokens=max_tokens)
+    return worker_info(
+        worker,
+        extra_params=run_params,
+        max_tokens=max_tokens,
+        slots=_slots(f"worker:{worker.pk}", worker.max_concurrency),
+    )
+
+
+def _slots(name: str, limit: int | None):
+    """A concurrency bound on calls: in Redis when the deployment has it (every process that
+    executes runs holds the same bound), in this process otherwise; None when unbounded."""
+    from orchestrator.providers.slots import slots_for
+
+    return slots_for(
+        name, limit, redis_url=settings.REDIS_URL, ttl=settings.CONDUCTOR_SLOT_TTL_SECONDS
+    )
 
 
 def _conductor_client(pool: Pool):
@@ -741,9 +766,7 @@ def _cancel(run_id: int) -> Run:
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.is_finished:
             return run
-        run.status = Run.Status.CANCELLED
-        run.finished_at = timezone.now()
-        run.save(update_fields=["status", "finished_at"])
+        run.save(update_fields=run_set_end(run=run, status=Run.Status.CANCELLED, error=run.error))
         closed = close_open_steps(
             run_id=run_id, open_steps=open_steps, why=run_end_reason(run.status), at=run.finished_at
         )

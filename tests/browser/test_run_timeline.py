@@ -114,3 +114,59 @@ def test_a_retried_step_shows_each_attempt_its_error_and_the_wait_after_it(
     assert attempts.nth(2).inner_text() == "Attempt 3: succeeded after 1.50 s"
     assert page.locator("#run-panel .step-attempts b").count() == 0
     assert axe_violations(page) == []
+
+
+# A call that failed, its backoff, then 1.5 s in the queue for a slot before the call that
+# succeeded: its offset is 1.5 s past the backoff's end.
+QUEUED_LOG = [
+    {"attempt": 1, "offset": 0.5, "seconds": 1.0, "error": "provider said 429", "backoff": 1.0},
+    {"attempt": 2, "offset": 4.0, "seconds": 1.0, "error": "", "backoff": 0.0},
+]
+
+
+def test_a_step_s_wait_in_the_queue_is_drawn_apart_from_its_calls(browser_page, live_server):
+    page = browser_page
+    output = live_server.shell(
+        "import datetime as dt, json\n"
+        "from django.utils import timezone\n"
+        "from orchestrator.models import Plan, Pool, Run, Step\n"
+        "pool = Pool.objects.order_by('pk').first()\n"
+        "start = timezone.now() - dt.timedelta(seconds=20)\n"
+        "at = lambda seconds: start + dt.timedelta(seconds=seconds)\n"
+        "run = Run.objects.create(project=pool.project, pool=pool, input='Add it up',"
+        " status='succeeded', answer='42', step_count=1, model_calls=2, started_at=start,"
+        " finished_at=at(6))\n"
+        "plan = Plan.objects.create(run=run, round=0, strategy='single', workflow=[])\n"
+        f"log = json.loads({json.dumps(json.dumps(QUEUED_LOG))})\n"
+        "step = Step.objects.create(run=run, plan=plan, round=0, index=0, instruction='Solve',"
+        " worker_index=0, worker_name='Busy', model='sim/busy', status='succeeded',"
+        " response='42', attempts=2, attempt_log=log, latency=1.0, queued=2.0,"
+        " started_at=at(0), finished_at=at(5))\n"
+        "print(run.pk, step.pk)\n"
+    )
+    run_id, step_id = (int(part) for part in output.split()[-2:])
+    page.goto(f"/runs/{run_id}/")
+    page.wait_for_selector("#run-graph[data-state=ready]")
+    wait_for_js(page, "document.querySelectorAll('#run-timeline-marks .timeline-mark').length > 0")
+    marks = page.eval_on_selector_all(
+        f"#run-timeline-marks [data-step='{step_id}']",
+        "marks => marks.map((m) => ({kind: [...m.classList].find((c) => c !== 'timeline-mark'),"
+        " label: m.getAttribute('aria-label'), width: m.getBoundingClientRect().width}))",
+    )
+    kinds = [mark["kind"] for mark in marks]
+    assert kinds == [
+        "timeline-queue",
+        "timeline-attempt",
+        "timeline-wait",
+        "timeline-queue",
+        "timeline-attempt",
+    ]
+    assert (
+        marks[3]["label"] == "Step 0.0 · Busy: attempt 2 waited 1.50 s in the queue for a free slot"
+    )
+    unit = marks[1]["width"]  # the first call: 1 s
+    assert [mark["width"] / unit for mark in marks] == pytest.approx([0.5, 1, 1, 1.5, 1], rel=0.08)
+    assert "wait in the queue" in page.inner_text(".timeline-legend")
+    page.locator(f"#run-timeline-marks [data-step='{step_id}']").nth(1).click()
+    page.locator("#run-panel .panel-facts").first.wait_for()
+    assert "2.00 s waiting for a free slot" in page.inner_text("#run-panel .panel-facts")

@@ -31,6 +31,7 @@ def form_data(pool: Pool, rows: list[dict], **changes) -> dict:
         "plan_fallback": pool.plan_fallback,
         "conductor_max_tokens": pool.conductor_max_tokens or "",
         "worker_max_tokens": pool.worker_max_tokens or "",
+        "conductor_max_concurrency": pool.conductor_max_concurrency or "",
         "workers-TOTAL_FORMS": len(rows), "workers-INITIAL_FORMS": 0,
         "workers-MIN_NUM_FORMS": 0, "workers-MAX_NUM_FORMS": 1000,
     }  # fmt: skip
@@ -49,6 +50,7 @@ def row_of(worker: Worker, order: int, **changes) -> dict:
         "price_in": worker.price_in, "price_out": worker.price_out,
         "description": worker.description, "enabled": "on",
         "max_tokens": worker.max_tokens or "",
+        "max_concurrency": worker.max_concurrency or "",
     }  # fmt: skip
     row.update(changes)
     return {k: v for k, v in row.items() if v is not None}

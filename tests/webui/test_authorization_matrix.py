@@ -82,6 +82,7 @@ MATRIX: dict[tuple[str, str], tuple[int, ...]] = {
     ("datasets/", "GET"): (302, 200, 200, 200, 200, 200),
     ("datasets/<id:dataset_id>/", "GET"): (302, 200, 200, 404, 200, 200),
     ("datasets/suite/", "GET"): (302, 405, 405, 405, 405, 405),
+    ("experiments/", "GET"): (302, 200, 200, 200, 200, 200),
     ("experiments/<id:experiment_id>/", "GET"): (302, 200, 200, 404, 200, 200),
     ("review/", "GET"): (302, 200, 200, 200, 200, 200),
     ("review/insights/", "GET"): (302, 200, 200, 200, 200, 200),

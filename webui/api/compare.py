@@ -88,7 +88,13 @@ def runs_to_compare(*, user: Any, query: dict[str, Any]) -> list[Run]:
     400 naming ``runs`` if together they hold too many steps. The API and the page share it."""
     runs = selectors.runs_to_compare(user=user, run_ids=query["runs"])
     if runs is None:
-        raise Http404("No such run.")
+        missing = [
+            str(run_id)
+            for run_id in query["runs"]
+            if selectors.run_get(user=user, run_id=run_id) is None
+        ]
+        named = f"run{'s' if len(missing) > 1 else ''} {', '.join(missing) or 'of these'}"
+        raise Http404(f"No {named} in your projects.")
     total = sum(run.step_count for run in runs)
     if total > comparing.MAX_STEPS:
         raise ValidationError(

@@ -19,6 +19,7 @@ from orchestrator import selectors
 from orchestrator.models import Membership, Pool
 from orchestrator.services.connections import conductor_connection_test, worker_connection_test
 from orchestrator.services.pools import (
+    MAX_CONCURRENCY,
     MAX_COST_BUDGET,
     MAX_DESCRIPTION_CHARS,
     MAX_OUTPUT_TOKENS,
@@ -173,6 +174,15 @@ class PoolCreateInputSerializer(InputSerializer):
         "single: the pool's first enabled worker answers alone (a later round keeps its "
         "answer), marked as a fallback.",
     )
+    conductor_max_concurrency = WholeNumberField(
+        min_value=1,
+        max_value=MAX_CONCURRENCY,
+        allow_null=True,
+        required=False,
+        help_text="Conductor calls of this pool that run at once, over every process that "
+        "executes runs (through Redis when the server has it); the others wait their turn, "
+        "the wait shown apart from the call's latency. null: no bound.",
+    )
     conductor_max_tokens = WholeNumberField(
         min_value=1,
         max_value=MAX_OUTPUT_TOKENS,
@@ -218,6 +228,14 @@ class WorkerInputSerializer(InputSerializer):
         help_text="Output tokens one call may write unless params bound it; null: the pool's "
         "worker_max_tokens.",
     )
+    max_concurrency = WholeNumberField(
+        min_value=1,
+        max_value=MAX_CONCURRENCY,
+        allow_null=True,
+        required=False,
+        help_text="Calls of this worker that run at once, over every process that executes "
+        "runs; the others wait their turn. null: no bound.",
+    )
 
 
 class WorkerDetailOutputSerializer(serializers.Serializer):
@@ -235,6 +253,7 @@ class WorkerDetailOutputSerializer(serializers.Serializer):
     description = serializers.CharField()
     enabled = serializers.BooleanField()
     max_tokens = serializers.IntegerField(allow_null=True)
+    max_concurrency = serializers.IntegerField(allow_null=True)
     key_missing = serializers.SerializerMethodField()
 
     @extend_schema_field(OpenApiTypes.BOOL)
@@ -270,6 +289,7 @@ class PoolDetailOutputSerializer(serializers.Serializer):
     conductor_output = serializers.CharField()
     conductor_json_dialect = serializers.CharField()
     plan_fallback = serializers.CharField()
+    conductor_max_concurrency = serializers.IntegerField(allow_null=True)
     can_edit = serializers.SerializerMethodField()
     workers = serializers.SerializerMethodField()
 

@@ -291,7 +291,11 @@ class StepAttemptOutputSerializer(serializers.Serializer):
     ``PlanAttemptOutputSerializer``: stored JSON from the admin may lack keys."""
 
     attempt = serializers.IntegerField(default=0, help_text="Its number, from 1.")
-    offset = serializers.FloatField(default=0.0, help_text="Seconds after the step's first call.")
+    offset = serializers.FloatField(
+        default=0.0,
+        help_text="When the call started, seconds after the step began calling (its waits for a "
+        "slot of the worker's concurrency bound included).",
+    )
     seconds = serializers.FloatField(default=0.0, help_text="How long the call took.")
     error = serializers.CharField(
         default="", help_text='Why it failed; "" for the one that did not.'
@@ -320,7 +324,11 @@ class StepSummaryOutputSerializer(serializers.Serializer):
     tokens_in = serializers.IntegerField()
     tokens_out = serializers.IntegerField()
     cost = serializers.FloatField()
-    latency = serializers.FloatField(allow_null=True)
+    latency = serializers.FloatField(allow_null=True, help_text="The call's own seconds.")
+    queued = serializers.FloatField(
+        help_text="Seconds its calls waited for a slot of the worker's concurrency bound "
+        "(apart from latency; the step timeout counts from each call's start)."
+    )
     attempts = serializers.IntegerField()
     error = serializers.CharField()
     attempt_log = StepAttemptOutputSerializer(
@@ -377,6 +385,9 @@ class PlanAttemptOutputSerializer(serializers.Serializer):
     tokens_out = serializers.IntegerField(default=0)
     cost = serializers.FloatField(default=0.0)
     latency = serializers.FloatField(default=0.0)
+    queued = serializers.FloatField(
+        default=0.0, help_text="Seconds it waited for a slot of the pool's conductor bound."
+    )
 
 
 class PlanStepOutputSerializer(serializers.Serializer):
@@ -510,6 +521,7 @@ def _plan_attempts(attempts) -> list[dict[str, typing.Any]]:
             "tokens_out": _kept(a, "tokens_out", 0, int),
             "cost": _kept(a, "cost", 0.0, float),
             "latency": _kept(a, "latency", 0.0, float),
+            "queued": _kept(a, "queued", 0.0, float),
         }
         for a in attempts
     ]
@@ -547,6 +559,7 @@ def _step_with_response(step, when) -> dict[str, typing.Any]:
         "reads": _or_none(step.reads, lambda reads: [_or_none(r, int) for r in reads]),
         "cost": float(step.cost),
         "latency": _or_none(step.latency, float),
+        "queued": float(step.queued),
         "attempt_log": _or_none(step.attempt_log, _step_attempts),
         "started_at": _or_none(step.started_at, when),
         "finished_at": _or_none(step.finished_at, when),

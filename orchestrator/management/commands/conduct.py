@@ -147,7 +147,7 @@ class Command(BaseCommand):
         else:
             self._print_result(run)
         if run.status != Run.Status.SUCCEEDED:
-            raise CommandError(f"Run {run.pk} {run.status}: {run.error}", returncode=1)
+            raise CommandError(ended_text(run), returncode=1)
 
     def _pool(self, name: str | None) -> Pool:
         pools = Pool.objects.all()
@@ -192,3 +192,12 @@ class Command(BaseCommand):
     def _summary(self, run: Run) -> wire.CommandRun:
         steps = Step.objects.filter(run=run).order_by("round", "index")
         return wire.command_run_data(run, url=self._url(run), steps=steps)
+
+
+def ended_text(run: Run) -> str:
+    """The last line of a run that did not succeed: its status, and its error if it has one."""
+    if run.error:
+        return f"Run {run.pk} {run.status}: {run.error}"
+    if run.status == Run.Status.CANCELLED:
+        return f"Run {run.pk} cancelled before it finished."
+    return f"Run {run.pk} {run.status}."

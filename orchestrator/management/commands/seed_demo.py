@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.conf import settings
@@ -51,3 +52,10 @@ class Command(BaseCommand):
                 "  password: unchanged (the account already exists; "
                 "`python manage.py seed_demo --reset-password` sets and prints a new one)"
             )
+        # A shell of its own has the default address unless told this one (make demo PORT=...).
+        base_url = settings.CONDUCTOR_BASE_URL.rstrip("/")
+        prefix = f"CONDUCTOR_BASE_URL={base_url} " if os.environ.get("CONDUCTOR_BASE_URL") else ""
+        self.stdout.write(
+            "From the shell (its links point at the same address): "
+            f'{prefix}.venv/bin/python manage.py conduct "What is 6 times 7?"'
+        )

@@ -101,6 +101,7 @@ export class DetailsPanel {
       ...fact("Status", statusBadge(step.status)),
       ...fact("Worker", `${step.worker} (${step.model})`),
       ...fact("Tokens in / out", `${formatCount(step.tokens_in)} / ${formatCount(step.tokens_out)}`),
+      ...(step.queued > 0 ? fact("Queued", `${formatSeconds(step.queued)} waiting for a free slot of the worker (before its calls; not in its latency)`) : []),
       ...fact("Cost", formatCost(step.cost)),
       ...fact("Latency", formatSeconds(step.latency)),
       ...fact("Attempts", formatCount(step.attempts)),

@@ -6,6 +6,8 @@
 // striped red segment, the backoff after it a dashed, labelled wait, then the last attempt. Each
 // of those segments also gets a transparent element over the canvas with its own tooltip and
 // accessible label (the attempt's error, as text), for the first MAX_MARKED_STEPS retried steps.
+// A call that waited for a slot of its worker's (or the conductor's) concurrency bound starts
+// with a dotted, labelled "queue" line: the wait is drawn apart from the call's own time.
 
 import { formatSeconds, stepName } from "./format.js";
 import { STEP_STATUSES } from "./statuses.js";
@@ -176,15 +178,48 @@ export class Timeline {
         return;
       }
       const stop = end ?? (step.status === "running" ? now : start);
+      const queued = queueSeconds(step);
+      let callStart = start;
+      if (queued > 0) {
+        callStart = Math.min(stop, start + queued * 1000);
+        const x = left + (start - first) * scale;
+        this.drawQueue(context, x, top, Math.max(1, (callStart - start) * scale), barHeight, queued);
+        if (stop <= callStart) return;
+      }
       context.fillStyle = step.plan ? this.planning : this.colours[step.status] || this.ink;
-      context.fillRect(left + (start - first) * scale, top, Math.max(2, (stop - start) * scale), barHeight);
+      context.fillRect(left + (callStart - first) * scale, top, Math.max(2, (stop - callStart) * scale), barHeight);
     });
     this.marks?.replaceChildren(...marks);
   }
 
-  // One attempt of a retried step (red and striped when it failed) or the wait after it (a
-  // dashed line across the row, labelled with its length where it fits).
+  // A wait for a slot: a dotted line across the row, labelled with its length where it fits.
+  drawQueue(context, x, top, width, height, seconds) {
+    const middle = top + height / 2;
+    context.strokeStyle = this.ink;
+    context.setLineDash([1, 2]);
+    context.beginPath();
+    context.moveTo(x, middle);
+    context.lineTo(x + width, middle);
+    context.stroke();
+    context.setLineDash([]);
+    const text = `queue ${formatSeconds(seconds)}`;
+    const textWidth = context.measureText(text).width;
+    if (height >= 10 && textWidth + 8 <= width) {
+      context.clearRect(x + (width - textWidth) / 2 - 3, top, textWidth + 6, height);
+      context.fillStyle = this.ink;
+      context.textAlign = "center";
+      context.fillText(text, x + width / 2, middle);
+      context.textAlign = "left";
+    }
+  }
+
+  // One attempt of a retried step (red and striped when it failed), the wait after it (a
+  // dashed line across the row, labelled with its length where it fits), or its wait for a slot.
   drawSegment(context, step, segment, x, top, width, height) {
+    if (segment.kind === "queue") {
+      this.drawQueue(context, x, top, width, height, (segment.end - segment.start) / 1000);
+      return;
+    }
     if (segment.kind === "wait") {
       const middle = top + height / 2;
       context.strokeStyle = this.ink;
@@ -236,8 +271,12 @@ export class Timeline {
 function attemptSegments(step, start) {
   const segments = [];
   const count = step.attempt_log.length;
+  let free = start; // where the previous attempt's backoff ended
   for (const attempt of step.attempt_log) {
     const begin = start + (attempt.offset || 0) * 1000;
+    // A call starts after its wait for a slot: the gap since the backoff before it.
+    if (begin - free > 1) segments.push({ kind: "queue", attempt, count, start: free, end: begin });
+    free = begin + ((attempt.seconds || 0) + (attempt.backoff || 0)) * 1000;
     const end = begin + (attempt.seconds || 0) * 1000;
     segments.push({ kind: "attempt", attempt, count, start: begin, end });
     if (attempt.backoff > 0) segments.push({ kind: "wait", attempt, count, start: end, end: end + attempt.backoff * 1000 });
@@ -249,6 +288,7 @@ function attemptSegments(step, start) {
 export function segmentText(step, segment) {
   const name = `${stepName(step)} · ${step.worker}`;
   const { attempt, count } = segment;
+  if (segment.kind === "queue") return `${name}: attempt ${attempt.attempt} waited ${formatSeconds((segment.end - segment.start) / 1000)} in the queue for a free slot`;
   if (segment.kind === "wait") return `${name}: waited ${formatSeconds(attempt.backoff)} after attempt ${attempt.attempt} before retrying`;
   const outcome = attempt.error ? `failed after ${formatSeconds(attempt.seconds)}: ${attempt.error}` : `succeeded after ${formatSeconds(attempt.seconds)}`;
   return `${name}: attempt ${attempt.attempt} of ${count} ${outcome}`;
@@ -272,10 +312,17 @@ function markElement(step, segment, x, top, width, height) {
   return mark;
 }
 
-// A round's planning as a timeline row: the conductor's calls ended when the plan was stored.
+// Seconds a row's call waited for a slot before it (a step retried draws its own waits).
+function queueSeconds(row) {
+  if (row.plan) return row.plan.queued || 0;
+  return row.attempt_log && row.attempt_log.length ? 0 : row.queued || 0;
+}
+
+// A round's planning as a timeline row: the conductor's calls (after their waits for a slot)
+// ended when the plan was stored.
 function planRow(plan) {
   const end = Date.parse(plan.finished_at);
-  const start = end - (plan.latency || 0) * 1000;
+  const start = end - ((plan.latency || 0) + (plan.queued || 0)) * 1000;
   return {
     plan,
     id: `plan-${plan.round}`,
@@ -294,11 +341,13 @@ function rowTooltip(row) {
   const parts = [rowLabel(row)];
   if (row.plan) {
     if (row.plan.latency != null) parts.push(`${formatSeconds(row.plan.latency)} over ${row.plan.attempts} call${row.plan.attempts === 1 ? "" : "s"}`);
+    if (row.plan.queued > 0) parts.push(`waited ${formatSeconds(row.plan.queued)} in the queue for a free slot`);
     if (row.plan.error) parts.push(`error: ${row.plan.error}`);
     return parts.join("\n");
   }
   parts.push(row.instruction.split("\n", 1)[0].slice(0, 200));
   parts.push(`${row.status}${row.latency != null ? ` · ${formatSeconds(row.latency)}` : ""}`);
+  if (row.queued > 0) parts.push(`waited ${formatSeconds(row.queued)} in the queue for a free slot (not in its latency)`);
   if (row.attempts > 1) parts.push(`${row.attempts} attempts (retried with backoff)`);
   if (row.attempt_log && row.attempt_log.length) {
     for (const attempt of row.attempt_log) {

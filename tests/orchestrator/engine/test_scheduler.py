@@ -536,7 +536,7 @@ async def test_call_with_retries_reports_each_failed_attempt():
         [{"role": "user", "content": "hi"}],
         settings=RunSettings(),
         sleep=RecordingSleep(),
-        on_failed_attempt=lambda error, seconds: failures.append(error),
+        on_failed_attempt=lambda error, seconds, queued: failures.append(error),
     )
 
     assert outcome.completion is not None and outcome.completion.text == "ok"

@@ -65,6 +65,33 @@ def test_a_failed_run_exits_non_zero(sim_pool):
     assert Run.objects.get().status == Run.Status.FAILED
 
 
+def test_a_run_cancelled_elsewhere_says_so_with_its_wall_time(sim_pool, monkeypatch):
+    """Cancelled from the run page while the shell runs it: the last line says it was cancelled
+    (not "cancelled: " and nothing), and the totals end with the time it ran."""
+    from asgiref.sync import sync_to_async
+
+    from orchestrator.management.commands.conduct import StepPrinter
+    from orchestrator.services.runs import run_cancel
+
+    started = StepPrinter.step_started
+
+    async def cancelled_on_first_step(printer, step):
+        await started(printer, step)
+        run_id = await Run.objects.values_list("pk", flat=True).aget()
+        await sync_to_async(run_cancel)(run_id=run_id)
+
+    monkeypatch.setattr(StepPrinter, "step_started", cancelled_on_first_step)
+    out = StringIO()
+    with pytest.raises(CommandError) as excinfo:
+        call_command("conduct", QUESTION, "--strategy", "reflection", stdout=out)
+
+    run = Run.objects.get()
+    assert run.status == Run.Status.CANCELLED and run.wall_time is not None
+    assert str(excinfo.value) == f"Run {run.pk} cancelled before it finished."
+    totals = next(line for line in out.getvalue().splitlines() if line.startswith("Totals:"))
+    assert totals.endswith(f", {run.wall_time:.2f}s")
+
+
 @pytest.mark.usefixtures("sim_pool")
 def test_bad_options_and_pools_are_explained():
     with pytest.raises(CommandError, match="strategy_options"):

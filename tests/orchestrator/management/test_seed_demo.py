@@ -63,3 +63,28 @@ def test_reset_password_prints_a_new_one():
     assert new and new != old
     assert authenticate(username="admin", password=old) is None
     assert authenticate(username="admin", password=new) is not None
+
+
+def test_make_demo_on_another_port_prints_links_to_that_port(monkeypatch, settings):
+    """``make demo PORT=8801`` seeds with the served address: the login link and the CLI's
+    command line it prints name port 8801, not 8000."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    plan = subprocess.run(
+        ["make", "-n", "demo", "PORT=8801", "PY_STAMP=Makefile", "JS_STAMP=Makefile"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    seed_line = next(line for line in plan.splitlines() if "seed_demo" in line)
+    assert "CONDUCTOR_BASE_URL=http://127.0.0.1:8801 " in seed_line
+
+    monkeypatch.setenv("CONDUCTOR_BASE_URL", "http://127.0.0.1:8801")
+    settings.CONDUCTOR_BASE_URL = "http://127.0.0.1:8801"
+    output = seed()
+    assert "Log in at http://127.0.0.1:8801/accounts/login/" in output
+    assert "CONDUCTOR_BASE_URL=http://127.0.0.1:8801 .venv/bin/python manage.py conduct" in output
+    assert ":8000" not in output

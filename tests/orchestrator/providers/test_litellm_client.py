@@ -19,9 +19,33 @@ SECRET = "sk-test-0123456789abcdef-secret"
 
 
 class FakeOpenAI(BaseHTTPRequestHandler):
-    """POST /v1/chat/completions; the model name picks the behaviour."""
+    """POST /v1/chat/completions; the model name picks the behaviour. A model whose name
+    starts with ``queue`` takes ``QUEUE_SECONDS`` per call and is counted: ``active`` and
+    ``peak`` hold, per model, the calls it is answering now and the most it answered at once."""
 
     requests: ClassVar[list[dict]] = []
+    active: ClassVar[dict[str, int]] = {}
+    peak: ClassVar[dict[str, int]] = {}
+    counting: ClassVar[threading.Lock] = threading.Lock()
+    QUEUE_SECONDS: ClassVar[float] = 0.3
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.requests.clear()
+        with cls.counting:
+            cls.active.clear()
+            cls.peak.clear()
+
+    def _counted(self, model: str, reply) -> None:
+        with FakeOpenAI.counting:
+            now = FakeOpenAI.active[model] = FakeOpenAI.active.get(model, 0) + 1
+            FakeOpenAI.peak[model] = max(FakeOpenAI.peak.get(model, 0), now)
+        try:
+            time.sleep(FakeOpenAI.QUEUE_SECONDS)
+            reply()
+        finally:
+            with FakeOpenAI.counting:
+                FakeOpenAI.active[model] -= 1
 
     def log_message(self, *args):  # keep test output quiet
         pass
@@ -53,6 +77,10 @@ class FakeOpenAI(BaseHTTPRequestHandler):
         model = body["model"]
         if model == "planner":
             return self._completion(model, plan_reply(requested_schema(body)))
+        if model.startswith("queue"):
+            requested = requested_schema(body)
+            text = plan_reply(requested) if requested else f"Answer: {model}"
+            return self._counted(model, lambda: self._completion(model, text))
         if model == "broken":
             return self._error(500, "the server fell over")
         if model == "busy":

@@ -304,6 +304,8 @@ def test_batch_create_records_the_audit_entry_in_its_transaction(project, admin,
         ({}, {"kind": "worker", "from": "Weak", "to": "Weak"}, "override.to"),
         ({}, {"kind": "worker", "from": "Weak", "to": "Ghost"}, "override.to"),
         ({}, {"kind": "worker", "from": "", "to": "Strong"}, "override.from"),
+        ({}, {"kind": "worker", "from": "Ghost", "to": "Strong"}, "override.from"),
+        ({"verdict": "green"}, WEAK_TO_STRONG, "filters.verdict"),
         (
             {},
             {"kind": "worker", "from": "Weak", "to": "Strong", "pattern": "x"},
@@ -334,6 +336,15 @@ def test_bad_input_names_the_field_and_creates_nothing(
     assert field in raised.value.message_dict
     assert not Batch.objects.exists() and not BatchItem.objects.exists()
     assert not AuditEntry.objects.filter(action="batch.create").exists()
+
+
+def test_the_runs_lists_verdict_filter_picks_the_runs_a_batch_replays(project, admin, runs):
+    batch = make_batch(project, admin, filters={"verdict": "wrong"})
+
+    wrong = {run.pk for run in runs.values() if run.score == 0.0}
+    assert wrong and runs["strong"].pk not in wrong
+    assert set(BatchItem.objects.filter(batch=batch).values_list("source_id", flat=True)) == wrong
+    assert batch.filters == {"verdict": "wrong"}
 
 
 def test_a_filter_matching_more_than_the_bound_is_refused(project, admin, runs, monkeypatch):

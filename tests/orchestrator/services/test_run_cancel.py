@@ -28,6 +28,7 @@ def test_a_cancelled_queued_run_is_never_executed(sim_pool, call_log):
     run.refresh_from_db()
     assert cancelled.status == run.status == Run.Status.CANCELLED
     assert run.finished_at is not None
+    assert run.wall_time is None  # it never started
     assert call_log.calls == []
     assert not Step.objects.filter(run=run).exists()
     event = last_event(run)
@@ -99,6 +100,9 @@ async def test_a_run_cancelled_mid_step_closes_every_step_and_says_nothing_after
         "skipped": {"ids": [s["id"] for s in steps[1:]], "error": steps[1]["error"]},
     }
     assert finished["finished_at"] == run.finished_at.isoformat()
+    # It ran until the cancel: its wall time is that, on the run and in the event.
+    assert run.wall_time == (run.finished_at - run.started_at).total_seconds() > 0
+    assert finished["totals"]["wall_time"] == run.wall_time
     # The recorder stored nothing after run.finished: no usage of the dropped response either.
     assert run.last_seq == finished["seq"] and run.tokens_in == 0
 

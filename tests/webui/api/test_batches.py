@@ -68,6 +68,18 @@ def test_an_admin_creates_a_batch_of_the_filtered_runs(
     assert AuditEntry.objects.filter(action="batch.create", target_id=batch.pk).exists()
 
 
+def test_the_runs_lists_verdict_filter_is_taken(
+    api_as, project, project_admin, failed_runs, enqueued
+):
+    """ "Replay these…" from the list's "Failed" result filter sends ``verdict``."""
+    response = api_as(project_admin).post(
+        BATCHES_URL, body(project, filters={"verdict": "failed"}), format="json"
+    )
+
+    assert response.status_code == 201, response.json()
+    assert response.json()["progress"]["total"] == 3
+
+
 def test_an_instruction_override_is_taken(api_as, project, project_admin, failed_runs, enqueued):
     override = {"kind": "instruction", "match": "regex", "pattern": r"part \d", "replacement": ""}
 
@@ -108,6 +120,7 @@ def test_an_instruction_override_is_taken(api_as, project, project_admin, failed
         ({"filters": {"pool": 10**9}}, "filters.pool"),
         ({"filters": {"score_min": "high"}}, "filters.score_min"),
         ({"filters": {"q": "no such text anywhere"}}, "filters"),
+        ({"override": {"kind": "worker", "from": "Nonexistent", "to": "Strong"}}, "override.from"),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field_and_creates_nothing(

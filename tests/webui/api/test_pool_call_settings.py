@@ -17,20 +17,29 @@ POOL_SETTINGS = [
     ("conductor_output", "json", "text"),
     ("conductor_json_dialect", "vllm", "auto"),
     ("plan_fallback", "single", "fail"),
+    ("conductor_max_concurrency", 1, None),
 ]
 BAD_POOL_SETTINGS = [
     ("conductor_output", "yaml"),
     ("conductor_json_dialect", "xml"),
     ("plan_fallback", "retry"),
     ("plan_fallback", None),
+    ("conductor_max_concurrency", 0),
+    ("conductor_max_concurrency", 5000),
     ("conductor_max_tokens", 0),
     ("conductor_max_tokens", 1.5),
     ("conductor_max_tokens", 10**7),
     ("worker_max_tokens", -1),
     ("worker_max_tokens", "many"),
 ]
-WORKER_SETTINGS = [("max_tokens", 64, None)]
-BAD_WORKER_SETTINGS = [("max_tokens", 0), ("max_tokens", 10**7), ("max_tokens", True)]
+WORKER_SETTINGS = [("max_tokens", 64, None), ("max_concurrency", 2, None)]
+BAD_WORKER_SETTINGS = [
+    ("max_tokens", 0),
+    ("max_tokens", 10**7),
+    ("max_tokens", True),
+    ("max_concurrency", 0),
+    ("max_concurrency", 1.5),
+]
 
 
 @pytest.mark.parametrize(("field", "value", "other"), POOL_SETTINGS)

@@ -316,7 +316,15 @@ def test_a_stored_plan_attempt_missing_keys_reads_with_defaults(api_as, sim_pool
 
     assert response.status_code == 200
     assert response.json()["plans"][0]["attempts"] == [
-        {"raw": "[]", "error": "", "tokens_in": 0, "tokens_out": 0, "cost": 0.0, "latency": 0.0},
+        {
+            "raw": "[]",
+            "error": "",
+            "tokens_in": 0,
+            "tokens_out": 0,
+            "cost": 0.0,
+            "latency": 0.0,
+            "queued": 0.0,
+        },
         {
             "raw": "",
             "error": "no JSON found",
@@ -324,6 +332,7 @@ def test_a_stored_plan_attempt_missing_keys_reads_with_defaults(api_as, sim_pool
             "tokens_out": 0,
             "cost": 0.5,
             "latency": 0.0,
+            "queued": 0.0,
         },
     ]
 
