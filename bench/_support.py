@@ -19,6 +19,14 @@ from orchestrator.engine.types import Completion, Message, WorkerInfo
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def django_setup() -> None:
+    """Django configured from the environment, in a benchmark's child process."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webui.settings")
+    django.setup()
+
+
 def run_bench_child(module: str, *args: str, env: dict[str, str], timeout: float = 300) -> dict:
     """Run ``python -m MODULE --child ARGS`` and return the JSON of its last output line.
 

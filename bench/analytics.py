@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench._support import run_bench_child
+from bench._support import django_setup, run_bench_child
 
 RUNS = int(os.environ.get("BENCH_ANALYTICS_RUNS", "100000"))
 BATCH = 5000
@@ -31,15 +31,8 @@ TARGET_MS = 200.0
 END = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
 
 
-def _setup() -> None:
-    import django
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webui.settings")
-    django.setup()
-
-
 def fill() -> dict:
-    _setup()
+    django_setup()
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import transaction
@@ -98,7 +91,7 @@ def fill() -> dict:
 
 
 def measure() -> dict:
-    _setup()
+    django_setup()
     from django.contrib.auth import get_user_model
     from django.db import connection
 
@@ -150,7 +143,7 @@ def main() -> None:
 
 def reset() -> dict:
     """An empty schema in the PostgreSQL database named by DATABASE_URL."""
-    _setup()
+    django_setup()
     from django.db import connection
 
     with connection.cursor() as cursor:

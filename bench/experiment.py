@@ -35,20 +35,19 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from bench._support import ADMIN_DATABASE_URL, run_bench_child, scratch_stack, services_problem
+from bench._support import (
+    ADMIN_DATABASE_URL,
+    django_setup,
+    run_bench_child,
+    scratch_stack,
+    services_problem,
+)
 
 ARMS = "conductor,single:0,reflection,moa"
 SCOREBOARD_ITEMS = 2500
 SCOREBOARD_ARMS = 4
 REPEATS = 15
 EXPERIMENT_TIMEOUT = 1800.0
-
-
-def _setup_django() -> None:
-    import django
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webui.settings")
-    django.setup()
 
 
 def _suite_experiment(*, enqueue: bool = False):
@@ -79,7 +78,7 @@ def _figures(experiment) -> dict:
 
 def child_inline() -> dict:
     """In a child on a temporary SQLite file: the suite × 4 arms, executed in this process."""
-    _setup_django()
+    django_setup()
     from django.conf import settings
     from django.core.management import call_command
 
@@ -109,7 +108,7 @@ def celery(concurrencies=(1, 2)) -> dict:
 
     results: dict = {}
     with scratch_stack(latency_scale="0") as stack, tempfile.TemporaryDirectory() as logs:
-        _setup_django()
+        django_setup()
         from django.conf import settings
         from django.core.management import call_command
 
@@ -259,7 +258,7 @@ def _fill_scoreboard(user):
 
 
 def child_scoreboard() -> dict:
-    _setup_django()
+    django_setup()
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection

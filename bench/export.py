@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench._support import run_bench_child
+from bench._support import django_setup, run_bench_child
 
 RUNS = int(os.environ.get("BENCH_EXPORT_RUNS", "100000"))
 BATCH = 5000
@@ -39,15 +39,8 @@ def _rss_mb() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
 
 
-def _setup() -> None:
-    import django
-
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webui.settings")
-    django.setup()
-
-
 def fill() -> dict:
-    _setup()
+    django_setup()
     from django.core.management import call_command
     from django.db import transaction
 
@@ -120,7 +113,7 @@ def fill() -> dict:
 
 
 def export() -> dict:
-    _setup()
+    django_setup()
     from django.db import connection
 
     from orchestrator.models import Run
@@ -156,7 +149,7 @@ def export() -> dict:
 
 
 def export_runs_csv() -> dict:
-    _setup()
+    django_setup()
     from django.contrib.auth import get_user_model
     from django.db import connection
 

@@ -315,12 +315,15 @@ def _totals(points: list[Point]) -> dict[str, Any]:
     }
 
 
+def bucket_start(moment: datetime, interval: str) -> datetime:
+    """The start of the hour or day (UTC) that ``moment`` falls in."""
+    start = moment.replace(minute=0, second=0, microsecond=0)
+    return start.replace(hour=0) if interval == "day" else start
+
+
 def _buckets(since: datetime, until: datetime, interval: Interval) -> list[str]:
-    start = since.replace(minute=0, second=0, microsecond=0)
-    if interval == "day":
-        start = start.replace(hour=0)
     buckets = []
-    moment = start
+    moment = bucket_start(since, interval)
     while moment < until:
         buckets.append(_iso(moment))
         moment += STEP[interval]

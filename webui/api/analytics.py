@@ -35,7 +35,10 @@ class AnalyticsQuerySerializer(serializers.Serializer):
 
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
         interval = data["interval"]
-        until = data.get("until") or _next_bucket(timezone.now(), interval)
+        until = (
+            data.get("until")
+            or analytics.bucket_start(timezone.now(), interval) + analytics.STEP[interval]
+        )
         since = data.get("since") or until - DEFAULT_SPAN[interval]
         problem = analytics.window_problem(interval=interval, since=since, until=until)
         if problem:
@@ -124,10 +127,3 @@ class AnalyticsApi(APIView):
         query.is_valid(raise_exception=True)
         usage = usage_with_links(request=request, query=query.validated_data)
         return Response(UsageOutputSerializer(usage).data)
-
-
-def _next_bucket(moment: dt.datetime, interval: str) -> dt.datetime:
-    start = moment.replace(minute=0, second=0, microsecond=0)
-    if interval == "day":
-        start = start.replace(hour=0)
-    return start + analytics.STEP[interval]

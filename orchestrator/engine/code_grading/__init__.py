@@ -35,6 +35,7 @@ from orchestrator.engine.sandbox import (
     Limits,
     Outcome,
     SandboxUnavailable,
+    Slot,
     empty_slot,
     run_python,
     slots,
@@ -122,29 +123,26 @@ def grade_code(answer_code: str, reference: str, *, limits: Limits | None = None
         responses_read, responses_write = os.pipe()
         outcomes: dict[str, Outcome | BaseException] = {}
 
+        def run(program: str, files: dict[str, str], fds: tuple[int, int], slot: Slot) -> Outcome:
+            return run_python(
+                script=program, files=files, argv=[str(fd) for fd in fds],
+                handover_fds=list(fds), limits=limits, slot=slot,
+            )  # fmt: skip
+
         def run_answer() -> None:
             try:
-                outcomes["answer"] = run_python(
-                    script=ANSWER_PROGRAM,
-                    files={"solution.py": answer_code},
-                    argv=[str(requests_read), str(responses_write)],
-                    handover_fds=[requests_read, responses_write],
-                    limits=limits,
-                    slot=answer_slot,
-                )
+                outcomes["answer"] = run(
+                    ANSWER_PROGRAM, {"solution.py": answer_code},
+                    (requests_read, responses_write), answer_slot,
+                )  # fmt: skip
             except BaseException as error:  # noqa: BLE001 - re-raised below, in the caller
                 outcomes["answer"] = error
 
         answer_thread = threading.Thread(target=run_answer, name="code-grading-answer")
         answer_thread.start()
         try:
-            tests = run_python(
-                script=TESTS_PROGRAM,
-                files={"tests.py": reference},
-                argv=[str(requests_write), str(responses_read)],
-                handover_fds=[requests_write, responses_read],
-                limits=limits,
-                slot=tests_slot,
+            tests = run(
+                TESTS_PROGRAM, {"tests.py": reference}, (requests_write, responses_read), tests_slot
             )
         finally:
             # The verdict is in: whatever the answer still does is of no interest.

@@ -48,7 +48,8 @@ def _raise(name: str, message: str) -> None:
     raise RemoteError(f"{name}: {message}")
 
 
-def _ask(request: dict[str, Any]) -> Any:
+def _exchange(request: dict[str, Any]) -> dict[str, Any]:
+    """Send one request and read its response; what the answer raised is raised here."""
     try:
         _channel.send(request)
         response = _channel.receive()
@@ -59,7 +60,11 @@ def _ask(request: dict[str, Any]) -> Any:
     if "raise" in response:
         name, message = response["raise"]
         _raise(str(name), str(message))
-    return decode(response["ok"], Remote)
+    return response
+
+
+def _ask(request: dict[str, Any]) -> Any:
+    return decode(_exchange(request)["ok"], Remote)
 
 
 def _send_value(value: Any) -> Any:
@@ -85,20 +90,14 @@ class Remote:
         return _ask({"op": op, "target": object.__getattribute__(self, "_key"), **fields})
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        sent = [_send_value(item) for item in args]
-        sent_kwargs = [[name, _send_value(value)] for name, value in kwargs.items()]
-        try:
-            _channel.send(
-                {"op": "call", "target": object.__getattribute__(self, "_key"),
-                 "args": sent, "kwargs": sent_kwargs}
-            )  # fmt: skip
-            response = _channel.receive()
-        except (EOFError, OSError) as error:
-            raise AnswerGone(f"the answer stopped answering ({error})") from None
-        if not isinstance(response, dict):
-            raise AnswerGone("the answer sent something that is not a response")
-        if "raise" in response:
-            _raise(str(response["raise"][0]), str(response["raise"][1]))
+        response = _exchange(
+            {
+                "op": "call",
+                "target": object.__getattribute__(self, "_key"),
+                "args": [_send_value(item) for item in args],
+                "kwargs": [[name, _send_value(value)] for name, value in kwargs.items()],
+            }
+        )
         for position, value in response.get("after", []):
             original = args[position] if isinstance(position, int) else kwargs.get(position)
             _update_in_place(original, decode(value, Remote))
