@@ -6,6 +6,10 @@ channel layer copies each event once per consumer and wakes each one through sev
 turns, which on a run watched by a hundred clients delays the first of them by ~15 ms. Local
 listeners get the event (and its JSON, encoded once) the moment it is sent. The layer still
 delivers every event, so a listener may skip any it cannot take in order.
+
+It also knows which runs this process executes (``send_through``): events another thread stores
+for such a run (a cancel, a review) are handed to the execution's one sender, behind what it has
+committed and not sent yet, so that every event of the run leaves this process in seq order.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,6 +25,27 @@ logger = logging.getLogger(__name__)
 
 LocalListener = Callable[[dict[str, Any], str], Awaitable[None]]
 _local_listeners: dict[int, dict[LocalListener, asyncio.AbstractEventLoop]] = {}
+
+# The sender of each run executing in this process: takes committed events, from any thread.
+RunSender = Callable[[list[dict[str, Any]]], None]
+_run_senders: dict[int, RunSender] = {}
+_run_senders_lock = threading.Lock()
+
+
+def send_through(run_id: int, sender: RunSender | None) -> None:
+    """Have the run's committed events that others store handed to ``sender`` (from the thread
+    that committed them) while this process executes the run; None when it stops."""
+    with _run_senders_lock:
+        if sender is None:
+            _run_senders.pop(run_id, None)
+        else:
+            _run_senders[run_id] = sender
+
+
+def run_sender(run_id: int) -> RunSender | None:
+    """The sender of the run's execution in this process (``send_through``), if any."""
+    with _run_senders_lock:
+        return _run_senders.get(run_id)
 
 
 def listen_locally(run_id: int, listener: LocalListener) -> None:

@@ -112,11 +112,25 @@ def insert_events(events: Sequence[dict[str, Any]], *, deliver: Deliver | None =
 
 
 def deliver_on_commit(events: list[dict[str, Any]], deliver: Deliver | None = None) -> None:
-    """Hand stored events to ``deliver`` (default: ``send``) in seq order once the transaction
-    commits (at once outside one)."""
-    if events:
-        hand = deliver or send
-        transaction.on_commit(lambda: [hand(event) for event in events])
+    """Hand stored events to ``deliver`` in seq order once the transaction commits (at once
+    outside one). By default they go to the sender of the run's execution if this process
+    executes it (``delivery.send_through``: behind the events it has not sent yet), else to
+    ``send``."""
+    if not events:
+        return
+    if deliver is not None:
+        transaction.on_commit(lambda: [deliver(event) for event in events])
+    else:
+        transaction.on_commit(lambda: _send_in_order(events))
+
+
+def _send_in_order(events: list[dict[str, Any]]) -> None:
+    for event in events:
+        sender = delivery.run_sender(event["run"])
+        if sender is not None:
+            sender([event])
+        else:
+            send(event)
 
 
 _EVENT_TABLE = RunEvent._meta.db_table

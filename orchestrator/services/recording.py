@@ -54,7 +54,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from orchestrator import events
+from orchestrator import delivery, events
 from orchestrator.engine.grading import GradingUnavailable
 from orchestrator.engine.types import PlanRecord, RunResult, StepRecord
 from orchestrator.models import Step
@@ -114,6 +114,8 @@ class RecordingObserver:
         self._sender: asyncio.Task[None] | None = None
         self._send_timer: asyncio.TimerHandle | None = None
         self._send_error: BaseException | None = None
+        # The loop the execution runs on: events committed elsewhere are handed to it.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.recorder = RunRecorder(
             run_id=run_id,
             worker_ids=worker_ids,
@@ -239,6 +241,32 @@ class RecordingObserver:
                 return
             for _ in batch:
                 self._outbox.popleft()
+
+    def take_committed(self, events: list[dict[str, Any]]) -> None:
+        """Events of the run that another thread has just committed (``delivery.send_through``):
+        sent by this observer's sender, after the committed events it has not sent yet (their
+        seqs are lower: the run row's lock orders the commits). Callable from any thread, once
+        ``listen_for_committed`` has run on the loop."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._take_committed, events)
+
+    def listen_for_committed(self) -> None:
+        """Take the events that others commit for the run (``take_committed``) while this
+        execution runs; call it on the execution's loop, and ``stop_listening`` at its end."""
+        self._loop = asyncio.get_running_loop()
+        delivery.send_through(self.recorder.run_id, self.take_committed)
+
+    def stop_listening(self) -> None:
+        delivery.send_through(self.recorder.run_id, None)
+
+    def _take_committed(self, events: list[dict[str, Any]]) -> None:
+        for event in events:
+            # In seq order: the recorder's thread may append an earlier commit a moment later.
+            at = len(self._outbox)
+            while at > 0 and self._outbox[at - 1][0]["seq"] > event["seq"]:
+                at -= 1
+            self._outbox.insert(at, (event, True))
+        self._start_sending()
 
     def _raise_send_error(self) -> None:
         error, self._send_error = self._send_error, None

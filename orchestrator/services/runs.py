@@ -382,6 +382,7 @@ async def run_execute_async(
             # An observer of the caller's hears each callback once it is stored.
             write_behind=observer is None,
         )
+        recorder.listen_for_committed()
         await _execute_recorded(
             recorder,
             question=run.input,
@@ -425,6 +426,9 @@ async def run_execute_async(
             heartbeat.cancel()
             await asyncio.gather(heartbeat, return_exceptions=True)
         if recorder is not None:
+            await _flush_quietly(recorder)
+            recorder.stop_listening()
+            await asyncio.sleep(0)  # events others committed meanwhile, handed to this loop
             await _flush_quietly(recorder)
     # Not on BaseException: a process being killed (or its loop stopped) cannot let go here;
     # its lease lapses, or its exit lets go (see ownership.py). A run this execution finished

@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 
 from orchestrator.engine.types import NullObserver
 from orchestrator.models import Run, RunEvent, Step
+from orchestrator.services import recording
 from orchestrator.services.runs import run_cancel, run_create, run_execute, run_execute_async
 from tests.factories import make_step
 
@@ -58,11 +59,15 @@ class CancelWhenFirstStepStarts(NullObserver):
             await sync_to_async(run_cancel)(run_id=self.run_id)
 
 
+# With a send window the execution holds committed events back a moment: the cancel's
+# run.finished, committed by another thread meanwhile, must still leave after them.
+@pytest.mark.parametrize("send_window", [0.0, 0.3], ids=["sent-at-once", "held-back"])
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("async_db_connections_closed")
 async def test_a_run_cancelled_mid_step_closes_every_step_and_says_nothing_after(
-    sim_pool, call_log, sent_events
+    sim_pool, call_log, sent_events, monkeypatch, send_window
 ):
+    monkeypatch.setattr(recording, "SEND_WINDOW_SECONDS", send_window)
     run = await sync_to_async(run_create)(
         pool=sim_pool,
         input=QUESTION,
