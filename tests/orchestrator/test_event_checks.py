@@ -16,7 +16,9 @@ QUESTION = "What is 6 times 7?"
 
 
 def stored_seqs(run_id: int) -> list[int]:
-    return list(RunEvent.objects.filter(run_id=run_id).order_by("seq").values_list("seq", flat=True))
+    return list(
+        RunEvent.objects.filter(run_id=run_id).order_by("seq").values_list("seq", flat=True)
+    )
 
 
 def checked_seqs(run_id: int) -> list[int]:
