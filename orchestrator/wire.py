@@ -49,7 +49,7 @@ import typing
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, TypedDict, Union
 
-from orchestrator.engine.grading import extract_answer
+from orchestrator.engine.grading import answer_line, extract_answer
 from orchestrator.models import Plan as PlanRow
 from orchestrator.models import Run as RunRow
 from orchestrator.models import Step as StepRow
@@ -769,8 +769,7 @@ def answer_shown(answer: str, grader: str = "") -> str:
     "Answer:" line; for code, the code block), its first line, cut to ``ANSWER_SHOWN_CHARS``."""
     if not answer:
         return ""
-    extracted = extract_answer(answer, kind=grader or None)
-    line = next((line.strip() for line in extracted.splitlines() if line.strip()), "")
+    line = answer_line(extract_answer(answer, kind=grader or None))
     if len(line) <= ANSWER_SHOWN_CHARS:
         return line
     return line[: ANSWER_SHOWN_CHARS - 1].rstrip() + "…"

@@ -17,8 +17,15 @@ from typing import Literal, TypeAlias
 from orchestrator.engine import code_grading
 from orchestrator.engine.sandbox import SandboxUnavailable
 
-GraderKind: TypeAlias = Literal["exact", "numeric", "choice", "countdown", "code"]
-GRADER_KINDS: tuple[GraderKind, ...] = ("exact", "numeric", "choice", "countdown", "code")
+GraderKind: TypeAlias = Literal["exact", "contains", "numeric", "choice", "countdown", "code"]
+GRADER_KINDS: tuple[GraderKind, ...] = (
+    "exact",
+    "contains",
+    "numeric",
+    "choice",
+    "countdown",
+    "code",
+)
 
 MAX_EXPRESSION_LENGTH = 300
 
@@ -47,6 +54,12 @@ def extract_answer(text: str, *, kind: str | None = None) -> str:
     return text.strip()
 
 
+def answer_line(text: str) -> str:
+    """The first non-empty line of an extracted answer: what lists and headers show of it, and
+    what ``exact`` compares ("Paris\n\nI will now present my answer..." is "Paris")."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
 def last_code_block(text: str) -> str:
     """The contents of the last fenced (```) block in ``text``, or "" when there is none."""
     blocks = _FENCED_BLOCK.findall(text)
@@ -56,13 +69,15 @@ def last_code_block(text: str) -> str:
 def grade(answer: str, reference: str, kind: str) -> float:
     """1.0 if ``answer`` is correct against ``reference`` under grader ``kind``, else 0.0.
 
-    ``reference`` means, per kind: exact, the expected text (alternatives separated by "|");
-    numeric, a number; choice, a letter; countdown, one valid solution expression (its numbers
+    ``reference`` means, per kind: exact, the expected text (alternatives separated by "|"),
+    compared with the answer's first line; contains, text (alternatives separated by "|") that
+    must appear as whole words anywhere in the answer; numeric, a number; choice, a letter; countdown, one valid solution expression (its numbers
     and value define the puzzle); code, Python test code that raises if the answer is wrong,
     run with the answer in the sandbox (GradingUnavailable when the sandbox cannot run here).
     """
     graders = {
         "exact": _grade_exact,
+        "contains": _grade_contains,
         "numeric": _grade_numeric,
         "choice": _grade_choice,
         "countdown": _grade_countdown,
@@ -85,8 +100,39 @@ def normalise_text(text: str) -> str:
 
 
 def _grade_exact(answer: str, reference: str) -> bool:
-    given = normalise_text(answer)
+    given = normalise_text(answer_line(answer))
     return any(given == normalise_text(option) for option in reference.split("|"))
+
+
+def _grade_contains(answer: str, reference: str) -> bool:
+    given = normalise_text(answer)
+    for option in reference.split("|"):
+        wanted = normalise_text(option)
+        if wanted and re.search(rf"(?<!\w){re.escape(wanted)}(?!\w)", given):
+            return True
+    return False
+
+
+def reference_problem(kind: str, reference: str) -> str | None:
+    """Why ``reference`` cannot be graded under grader ``kind``, said for its author; None when
+    it can. Checked when a run, a dataset item or an experiment is created, before any work."""
+    text = reference.strip()
+    if kind == "code":
+        return code_grading.reference_problem(reference)
+    if not text:
+        return f"The {kind} grader needs a reference to check against."
+    if kind in ("exact", "contains") and not any(normalise_text(o) for o in text.split("|")):
+        return f"The {kind} grader needs a reference with some text in it."
+    if kind == "numeric" and parse_number(text) is None:
+        return f'The numeric grader needs a number as its reference, not "{text[:40]}".'
+    if kind == "choice" and not re.fullmatch(r"[A-Ha-h]", text):
+        return f'The choice grader needs one option letter (A to H) as its reference, not "{text[:40]}".'
+    if kind == "countdown":
+        try:
+            evaluate_expression(_expression_part(text), countdown_rules=True)
+        except ExpressionError as error:
+            return f"The countdown grader needs a valid solution as its reference: {error}"
+    return None
 
 
 # numeric -----------------------------------------------------------------------------------------

@@ -19,8 +19,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from orchestrator.engine.code_grading import reference_problem as code_reference_problem
-from orchestrator.engine.grading import GRADER_KINDS
+from orchestrator.engine.grading import GRADER_KINDS, reference_problem
 from orchestrator.models import Dataset, DatasetItem, Membership, Project, Run
 from orchestrator.selectors import user_can_run, user_role
 from orchestrator.services.audit import audit_record
@@ -104,8 +103,8 @@ def _check_item(values: Mapping[str, Any]) -> tuple[ItemData | None, str]:
         return None, f'grader: unknown grader "{grader[:40]}" (one of: {", ".join(GRADER_KINDS)})'
     if grader and not text_fields["reference"]:
         return None, "grader: a grader needs a reference to check against"
-    if grader == "code":
-        problem = code_reference_problem(text_fields["reference"]) or ""
+    if grader:
+        problem = reference_problem(grader, text_fields["reference"]) or ""
         if problem:
             return None, f"reference: {problem}"
     tags, problem = _check_tags(values.get("tags"))

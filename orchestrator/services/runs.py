@@ -19,8 +19,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import InterfaceError, OperationalError, connection, transaction
 
 from orchestrator import events, wire
-from orchestrator.engine.code_grading import reference_problem as code_reference_problem
-from orchestrator.engine.grading import GRADER_KINDS, parse_number
+from orchestrator.engine.grading import GRADER_KINDS, parse_number, reference_problem
 from orchestrator.engine.replay import ReplayState
 from orchestrator.engine.scheduler import execute_run
 from orchestrator.engine.strategies import STRATEGIES, build_strategy, check_fits
@@ -131,12 +130,10 @@ def run_create(
     errors.update(strategy_problems(pool=pool, strategy=strategy, options=options))
     if grader and grader not in GRADER_KINDS:
         errors["grader"] = [f'Unknown grader "{grader}". Choose one of: {", ".join(GRADER_KINDS)}.']
-    elif grader == "code" and reference:
-        problem = code_grading_problem()
-        if problem:
-            errors["grader"] = [problem]
-        elif unusable := code_reference_problem(reference):
-            errors["reference"] = [unusable]
+    elif grader == "code" and reference and (problem := code_grading_problem()):
+        errors["grader"] = [problem]
+    elif grader and reference and (unusable := reference_problem(grader, reference)):
+        errors["reference"] = [unusable]
     if errors:
         raise ValidationError(errors)
     if not reference:

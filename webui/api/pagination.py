@@ -30,7 +30,7 @@ class PagePagination(BasePagination):
         self.request = request
         self.page = self._positive_int(request, "page", 1, maximum=MAX_PAGE, refuse_above=True)
         self.page_size = self._positive_int(
-            request, "page_size", self.PAGE_SIZE, maximum=self.MAX_PAGE_SIZE
+            request, "page_size", self.PAGE_SIZE, maximum=self.MAX_PAGE_SIZE, refuse_above=True
         )
         start = (self.page - 1) * self.page_size
         rows = list(queryset[start : start + self.page_size + 1])

@@ -13,6 +13,7 @@ from orchestrator.engine.grading import (
     evaluate_expression,
     extract_answer,
     grade,
+    reference_problem,
 )
 
 # extract_answer ----------------------------------------------------------------------------------
@@ -212,3 +213,50 @@ def test_unknown_grader_kind_is_a_bug_not_a_wrong_answer():
 def test_no_answer_makes_a_grader_raise(answer, kind):
     reference = {"exact": "Paris", "numeric": "42", "choice": "C", "countdown": REFERENCE}[kind]
     assert grade(answer, reference, kind) in (0.0, 1.0)
+
+
+# Free-form answers (a real model's: it rarely writes "Answer:") -----------------------------------
+
+
+def test_exact_compares_the_answers_first_line_as_it_is_shown():
+    rambling = "Paris\n\nI will now present my answer in a few sentences. The city of Paris..."
+    assert grade(rambling, "Paris", "exact") == 1.0
+    assert grade("Lyon\n\nParis is the capital.", "Paris", "exact") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "reference", "score"),
+    [
+        ("The capital city of France is Paris.", "Paris", 1.0),
+        ("It is PARÍS, of course", "paris", 1.0),
+        ("Lutetia, today", "Paris|Lutetia", 1.0),
+        ("Parisian food is good", "Paris", 0.0),
+        ("Berlin", "Paris", 0.0),
+        ("The answer is 42 exactly", "42", 1.0),
+        ("The answer is 142", "42", 0.0),
+    ],
+)
+def test_contains_finds_the_reference_as_whole_words(answer, reference, score):
+    assert grade(answer, reference, "contains") == score
+
+
+@pytest.mark.parametrize(
+    ("kind", "reference", "problem"),
+    [
+        ("numeric", "four", "needs a number"),
+        ("choice", "Paris", "one option letter"),
+        ("countdown", "hello", "valid solution"),
+        ("code", "4", "no test to run"),
+        ("contains", " | ", "some text"),
+    ],
+)
+def test_a_reference_its_grader_cannot_use_is_named(kind, reference, problem):
+    assert problem in reference_problem(kind, reference)
+
+
+@pytest.mark.parametrize(
+    ("kind", "reference"),
+    [("numeric", "3/4"), ("choice", "b"), ("countdown", "(25 - 5) * 3 = 60"), ("exact", "Paris")],
+)
+def test_a_usable_reference_has_no_problem(kind, reference):
+    assert reference_problem(kind, reference) is None

@@ -479,3 +479,28 @@ def test_the_detail_writes_the_run_its_plans_and_steps_as_the_declared_fields_gi
     assert list(written) == list(by_fields)  # same key order
     assert [list(plan) for plan in written["plans"]] == [list(p) for p in by_fields["plans"]]
     assert [list(step) for step in written["steps"]] == [list(s) for s in by_fields["steps"]]
+
+
+@pytest.mark.parametrize(
+    ("grader", "reference"), [("numeric", "four"), ("code", "4"), ("choice", "Paris")]
+)
+def test_a_reference_its_grader_cannot_read_is_a_400_naming_the_field(
+    api_as, project_admin, sim_pool, grader, reference
+):
+    from orchestrator.models import Run
+
+    response = api_as(project_admin).post(
+        "/api/runs/",
+        {"pool": sim_pool.pk, "input": "What is 2 + 2?", "reference": reference, "grader": grader},
+        format="json",
+    )
+    assert response.status_code == 400, response.content
+    assert "reference" in response.json()
+    assert not Run.objects.exists()
+
+
+def test_a_page_size_above_the_most_a_page_holds_is_a_400(api_as, reviewer):
+    response = api_as(reviewer).get("/api/runs/?page_size=118230")
+    assert response.status_code == 400
+    assert "page_size" in response.json()
+    assert api_as(reviewer).get("/api/runs/?page_size=200").status_code == 200
