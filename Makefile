@@ -56,9 +56,9 @@ serve:
 # Django then takes for an async context, so browser tests never share a process with the rest.
 test: install
 	$(MAKE) --no-print-directory lint
-	$(BIN)/pytest -m "not production and not browser and not real_model"
-	$(BIN)/pytest -m browser
-	$(BIN)/pytest -m real_model
+	$(BIN)/pytest -m "not production and not browser and not real_model" --durations=15
+	$(BIN)/pytest -m browser --durations=15
+	$(BIN)/pytest -m real_model --durations=15
 	$(MAKE) --no-print-directory test-production
 
 test-fast: install
@@ -67,7 +67,7 @@ test-fast: install
 test-production: install
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) DJANGO_SECRET_KEY=test-only \
 		CONDUCTOR_EXECUTION=celery \
-		$(BIN)/pytest -m production
+		$(BIN)/pytest -m production --durations=15
 
 # The checked habits (also run by .pre-commit-config.yaml): ruff's rules and format, mypy --strict
 # on the engine and providers (configured in pyproject.toml), ESLint on static/js/.
