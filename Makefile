@@ -56,8 +56,8 @@ serve:
 # Django then takes for an async context, so browser tests never share a process with the rest.
 test: install
 	$(MAKE) --no-print-directory lint
-	$(BIN)/pytest -m "not production and not browser"
-	$(BIN)/pytest -m browser
+	$(BIN)/pytest -m "not production and not browser" --durations=15
+	$(BIN)/pytest -m browser --durations=15
 	$(MAKE) --no-print-directory test-production
 
 test-fast: install
@@ -66,7 +66,7 @@ test-fast: install
 test-production: install
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) DJANGO_SECRET_KEY=test-only \
 		CONDUCTOR_EXECUTION=celery \
-		$(BIN)/pytest -m production
+		$(BIN)/pytest -m production --durations=15
 
 # The checked habits (also run by .pre-commit-config.yaml): ruff's rules and format, mypy --strict
 # on the engine and providers (configured in pyproject.toml), ESLint on static/js/.

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from django.db.models import QuerySet
 
-from orchestrator import wire
+from orchestrator import verdicts, wire
 from orchestrator.models import Run
 from orchestrator.spreadsheet import cell_out
 
@@ -70,7 +70,7 @@ def export_rows(*, runs: QuerySet[Run]) -> Iterator[dict[str, Any]]:
             "started_at": _when(row["started_at"]),
             "finished_at": _when(row["finished_at"]),
             "status": row["status"],
-            "verdict": wire.verdict(row["status"], row["score"]),
+            "verdict": verdicts.verdict(row["status"], row["score"]),
             "strategy": row["strategy"],
             "pool_id": row["pool_id"],
             "pool_name": row["pool__name"],

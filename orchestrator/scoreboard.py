@@ -19,9 +19,9 @@ from django.db.models.functions import Coalesce
 
 from orchestrator import wire
 from orchestrator.models import DatasetItem, Experiment, ExperimentArm, Run, Step, Trial
+from orchestrator.verdicts import is_right, verdict_filter
 
 Z_95 = 1.959963984540054
-RIGHT = 0.999  # a run is right when its score is (about) 1
 INTERVAL = "Wilson score interval, 95%"
 MAX_HEAD_TO_HEAD = 1000
 OUTCOMES = ("right", "wrong", "failed")
@@ -239,18 +239,12 @@ def experiment_cell_runs(
         ]
         runs = runs.filter(trial__item_id__in=item_ids)
     if outcome == "right":
-        runs = runs.filter(status=Run.Status.SUCCEEDED, score__gte=RIGHT)
-    elif outcome == "wrong":
-        runs = runs.exclude(trial__item__grader="").exclude(
-            status=Run.Status.SUCCEEDED, score__gte=RIGHT
-        )
+        runs = runs.filter(verdict_filter("right"))
+    elif outcome == "wrong":  # graded and not right: a failed trial counts against its arm
+        runs = runs.exclude(trial__item__grader="").exclude(verdict_filter("right"))
     elif outcome == "failed":
         runs = runs.exclude(status=Run.Status.SUCCEEDED)
     return runs.select_related("pool")
-
-
-def _is_right(status: str, score: float | None) -> bool:
-    return status == Run.Status.SUCCEEDED and score is not None and score >= RIGHT
 
 
 def experiment_head_to_head(*, experiment: Experiment, a: int, b: int) -> dict[str, Any]:
@@ -266,7 +260,7 @@ def experiment_head_to_head(*, experiment: Experiment, a: int, b: int) -> dict[s
     for item_id, pair in rows.items():
         if a not in pair or b not in pair:
             continue
-        right_a, right_b = _is_right(*pair[a][1:]), _is_right(*pair[b][1:])
+        right_a, right_b = is_right(*pair[a][1:]), is_right(*pair[b][1:])
         key = (
             "both_right"
             if right_a and right_b
@@ -289,7 +283,7 @@ def experiment_head_to_head(*, experiment: Experiment, a: int, b: int) -> dict[s
                 "position": item.position,
                 "input": _first_line(item.input),
                 "tags": list(item.tags or []),
-                "winner": "a" if _is_right(*run_a[1:]) else "b",
+                "winner": "a" if is_right(*run_a[1:]) else "b",
                 "a_run": run_a[0],
                 "b_run": run_b[0],
                 "a_score": run_a[2],

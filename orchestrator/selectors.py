@@ -46,6 +46,7 @@ from orchestrator.models import (
     Step,
     Worker,
 )
+from orchestrator.verdicts import RIGHT_SCORE, verdict_filter
 
 ROLES_THAT_RUN = (Membership.Role.ADMIN, Membership.Role.REVIEWER)
 
@@ -237,7 +238,7 @@ def run_list(
     """The runs a user may see, newest first, filtered.
 
     ``worker`` is text in the name or the model string of a worker used by any step of the run
-    (case-insensitive substring). ``verdict`` is one of ``wire.VERDICTS``. ``q`` is free text over the input and
+    (case-insensitive substring). ``verdict`` is one of ``verdicts.VERDICTS``. ``q`` is free text over the input and
     the final answer (case-insensitive substring). Dates bound ``created_at`` (inclusive).
     ``project`` narrows to one of the user's projects. Each run has ``fell_back``
     (``run_fell_back``). The pool and the creator come joined;
@@ -295,22 +296,6 @@ def run_fell_back() -> Exists:
     """Whether a run's plan of some round is its pool's fallback, not the conductor's (an
     annotation: no column stores it)."""
     return Exists(Plan.objects.filter(run_id=OuterRef("pk")).exclude(fallback=""))
-
-
-def verdict_filter(verdict: str) -> Q:
-    """The runs whose ``wire.verdict`` is ``verdict``, as a query (no column stores it)."""
-    succeeded = Q(status=Run.Status.SUCCEEDED)
-    conditions = {
-        "right": succeeded & Q(score__gte=wire.RIGHT_SCORE),
-        "wrong": succeeded & Q(score__lt=wire.RIGHT_SCORE),
-        "unscored": succeeded & Q(score__isnull=True),
-        "failed": Q(status=Run.Status.FAILED),
-        "cancelled": Q(status=Run.Status.CANCELLED),
-        "pending": ~Q(status__in=Run.FINISHED),
-    }
-    if verdict not in conditions:
-        raise ValueError(f"unknown verdict {verdict!r}; expected one of {', '.join(wire.VERDICTS)}")
-    return conditions[verdict]
 
 
 def run_get(*, user: Any, run_id: int) -> Run | None:
@@ -1070,8 +1055,9 @@ def audit_choices(*, project: Project | int) -> tuple[list[str], list[str]]:
 # Review ------------------------------------------------------------------------------------------
 
 REVIEW_STATES = ("open", "resolved", "all")
-# A run "gives a wrong answer" below this score (its human score where set, else the grader's).
-REVIEW_SCORE_THRESHOLD = 0.5
+# A run "gives a wrong answer" below this score (its human score where set, else the grader's):
+# by default what a wrong verdict means.
+REVIEW_SCORE_THRESHOLD = RIGHT_SCORE
 
 
 def run_review(*, run_id: int) -> tuple[RunReview | None, list[RunLabel]]:

@@ -53,6 +53,7 @@ from orchestrator.engine.grading import extract_answer
 from orchestrator.models import Plan as PlanRow
 from orchestrator.models import Run as RunRow
 from orchestrator.models import Step as StepRow
+from orchestrator.verdicts import VERDICTS, verdict
 
 # Event types -------------------------------------------------------------------------------------
 
@@ -760,23 +761,7 @@ def page_constants() -> dict[str, Any]:
 
 # Verdicts and the answer shown (readable runs) ---------------------------------------------------
 
-VERDICTS: Final = ("right", "wrong", "unscored", "failed", "cancelled", "pending")
-"""What a run's outcome is, at a glance: right or wrong against its reference, unscored (no
-reference, or it could not be graded), failed (an error), cancelled, or pending (not finished)."""
-RIGHT_SCORE: Final = 1.0
-"""A score at least this high is right; graders give 1.0 or 0.0."""
 ANSWER_SHOWN_CHARS: Final = 160
-
-
-def verdict(status: str, score: float | None) -> str:
-    """A run's verdict (one of ``VERDICTS``) from its status and score."""
-    if status in ("failed", "cancelled"):
-        return status
-    if status != "succeeded":
-        return "pending"
-    if score is None:
-        return "unscored"
-    return "right" if score >= RIGHT_SCORE else "wrong"
 
 
 def answer_shown(answer: str, grader: str = "") -> str:
@@ -1175,10 +1160,8 @@ def review_data(review: Any, labels: Iterable[Any]) -> Review:
 
 # Batch replays -----------------------------------------------------------------------------------
 
-BATCH_OUTCOMES: Final = ("right", "wrong", "failed", "unscored", "pending")
-"""How a run ended, for a batch's before and after: ``right`` (succeeded with a full score),
-``wrong`` (succeeded, lower score), ``failed`` (failed or cancelled), ``unscored`` (succeeded,
-no reference to score it against), ``pending`` (not finished)."""
+BATCH_OUTCOMES: Final = VERDICTS
+"""How a run ended, for a batch's before and after: its verdict (``orchestrator/verdicts.py``)."""
 
 
 class BatchRun(TypedDict):
@@ -1260,21 +1243,11 @@ class BatchSummary(BatchEntry):
     items: list[BatchItemData]
 
 
-def batch_outcome(status: str, score: float | None) -> str:
-    if status not in RunRow.FINISHED:
-        return "pending"
-    if status != RunRow.Status.SUCCEEDED:
-        return "failed"
-    if score is None:
-        return "unscored"
-    return "right" if score >= 1.0 else "wrong"
-
-
 def batch_run_data(run: RunRow) -> BatchRun:
     return {
         "id": run.pk,
         "status": run.status,
-        "outcome": batch_outcome(run.status, run.score),
+        "outcome": verdict(run.status, run.score),
         "score": run.score,
         "tokens": run.tokens_in + run.tokens_out,
         "cost": run.cost,

@@ -17,6 +17,10 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+# The events the schema check below has seen in the current test, in the order they left.
+checked_events: list[dict] = []
+
+
 @pytest.fixture(autouse=True)
 def _payloads_match_the_wire_schema(monkeypatch):
     """Every event any test publishes, every snapshot and every graph any test reads is checked
@@ -25,6 +29,7 @@ def _payloads_match_the_wire_schema(monkeypatch):
     from orchestrator import events, selectors, wire
 
     problems: list[str] = []
+    checked_events.clear()
 
     def checked(name, shape_of, function):
         def wrapper(*args, **kwargs):
@@ -35,11 +40,18 @@ def _payloads_match_the_wire_schema(monkeypatch):
 
         return wrapper
 
-    def each_event(stored):
-        for event in stored:
-            yield event, wire.EVENT_SHAPES.get(event["type"], wire.Event)
+    # Every stored event leaves through ``events.deliver_on_commit`` (published, stored by the
+    # recorder one at a time, held and inserted together, or written by its one statement).
+    leave = events.deliver_on_commit
 
-    monkeypatch.setattr(events, "store_events", checked("event", each_event, events.store_events))
+    def leaving(stored, *args, **kwargs):
+        for event in stored:
+            shape = wire.EVENT_SHAPES.get(event["type"], wire.Event)
+            problems.extend(f"event: {problem}" for problem in wire.check(event, shape))
+        checked_events.extend(stored)
+        return leave(stored, *args, **kwargs)
+
+    monkeypatch.setattr(events, "deliver_on_commit", leaving)
     monkeypatch.setattr(
         selectors,
         "run_snapshot_message",

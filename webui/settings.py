@@ -324,6 +324,7 @@ SPECTACULAR_SETTINGS.setdefault("ENUM_NAME_OVERRIDES", {}).update(
         "BatchStatusEnum": "orchestrator.services.batches.BATCH_STATUSES",
         "RunStatusEnum": "orchestrator.models.Run.Status",
         "StepStatusEnum": "orchestrator.models.Step.Status",
+        "VerdictEnum": "orchestrator.verdicts.VERDICTS",
     }
 )
 SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = [

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.exceptions import ValidationError
 
-from orchestrator import comparing, selectors, wire
+from orchestrator import comparing, selectors, verdicts, wire
 from orchestrator.models import Pool, Run
 from orchestrator.services.review import failure_kinds_ensure
 from webui.api.compare import CompareQuerySerializer, runs_to_compare
@@ -57,7 +57,7 @@ class RunFilterForm(forms.Form):
     score_max = forms.FloatField(required=False, label="Score ≤")
     q = forms.CharField(required=False, max_length=200, strip=True, label="Text")
     verdict = forms.ChoiceField(
-        required=False, choices=[("", "Any result"), *((v, v) for v in wire.VERDICTS)]
+        required=False, choices=[("", "Any result"), *((v, v) for v in verdicts.VERDICTS)]
     )
     page = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE)
 
@@ -148,7 +148,7 @@ def decorate_list_row(run: Run, pools: dict[int, Pool]) -> None:
     run.full_response = run.answer[:FULL_RESPONSE_CHARS]
     run.response_cut = len(run.answer) > FULL_RESPONSE_CHARS
     run.error_line = "" if run.answer else first_line(run.error)
-    run.verdict = wire.verdict(run.status, run.score)
+    run.verdict = verdicts.verdict(run.status, run.score)
     run.duration_text = duration_text(run.wall_time)
     run.cost_text = cost_text(run.cost)
     run.tokens_total = run.tokens_in + run.tokens_out

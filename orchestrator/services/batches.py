@@ -43,7 +43,7 @@ from django.db.models import F
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from orchestrator import selectors, wire
+from orchestrator import selectors, verdicts
 from orchestrator.engine import strategies
 from orchestrator.models import Batch, BatchItem, Membership, Pool, Project, Run, Step, Worker
 from orchestrator.services.audit import audit_record
@@ -197,8 +197,8 @@ def _checked_filter(key: str, value: Any, *, project: Project) -> tuple[str, Any
         if value not in Run.Status.values:
             return f"Choose one of {', '.join(Run.Status.values)}.", None
     elif key == "verdict":
-        if value not in wire.VERDICTS:
-            return f"Choose one of {', '.join(wire.VERDICTS)}.", None
+        if value not in verdicts.VERDICTS:
+            return f"Choose one of {', '.join(verdicts.VERDICTS)}.", None
     elif key == "strategy":
         if value not in strategies.STRATEGIES:
             return f"Choose one of {', '.join(strategies.STRATEGIES)}.", None

@@ -49,7 +49,8 @@ def replay_create(
 
     Each edit is ``{"step": STEP_ID, "instruction"?, "worker"?: WORKER_ID, "access"?: "all" |
     [INDEX, ...]}``; an empty list replays unchanged. ``replan_from`` (a step id of a conductor
-    run): the conductor writes that step's round again from it, given the steps before it.
+    run): the conductor writes that step's round again from it, given the steps before it; if
+    that step is edited too, it is kept with its edit and the conductor writes what follows it.
     ``fresh``: every step runs again. Only admins of the source's project may replay
     (PermissionDenied). Bad input raises ValidationError keyed by field (``edits[0].worker``,
     ``replan_from``, ...) and creates nothing. Stores the edits that change something, each as
@@ -69,9 +70,9 @@ def replay_create(
     replanned = _checked_replan_from(replan_from, steps=steps, source=source, errors=errors)
     if replanned is not None:
         for position, (step, _) in enumerate(changes):
-            if step.round == replanned.round and step.index >= replanned.index:
+            if step.round == replanned.round and step.index > replanned.index:
                 errors[f"edits[{position}].step"] = [
-                    f"Step {step.round}.{step.index} is at or after replan_from "
+                    f"Step {step.round}.{step.index} is after replan_from "
                     f"({replanned.round}.{replanned.index}): the conductor writes it again."
                 ]
     if not workers:
@@ -215,7 +216,7 @@ def _checked_edits(
             access, problem = _checked_access(edit["access"], index=step.index, binary=binary)
             if problem:
                 errors[f"{key}.access"] = [f"Step {step.round}.{step.index}: {problem}"]
-            elif access != step.access:
+            elif _reads(access, step.index) != _reads(step.access, step.index):
                 fields["access"] = (step.access, access)
         if fields:
             changes.append((step, fields))
@@ -241,6 +242,12 @@ def _checked_access(value: Any, *, index: int, binary: bool) -> tuple[Any, str]:
     if binary and value and len(value) != index:
         return None, 'the pool gives binary access: "all" or [] only.'
     return sorted(value), ""
+
+
+def _reads(access: Any, index: int) -> list[int]:
+    """The earlier indices an access list reads: ``"all"`` is every one of them, so an edit
+    between the two spellings of the same list changes nothing."""
+    return list(range(index)) if access == ALL else sorted(access)
 
 
 def _checked_replan_from(
@@ -284,12 +291,14 @@ def replay_execution_state(
     by_step: dict[int, dict[str, Any]] = {}
     fresh = False
     replan_from = None
+    replanned_step = None
     for edit in run.edits or []:
         field = edit.get("field")
         if field == FRESH:
             fresh = True
         elif field == REPLAN_FROM:
             replan_from = (int(edit["round"]), int(edit["index"]))
+            replanned_step = int(edit["step"])
         elif field in EDIT_FIELDS:
             fields = by_step.setdefault(int(edit["step"]), {"key": (edit["round"], edit["index"])})
             after = edit["after"]
@@ -298,6 +307,9 @@ def replay_execution_state(
             elif field == "access":
                 after = access_from_data(after)
             fields[field] = after
+    if replan_from is not None and replanned_step in by_step:
+        # The re-planned step was edited as well: it is kept as edited, the rest written after it.
+        replan_from = (replan_from[0], replan_from[1] + 1)
     edits = [
         StepEdit(
             round=int(fields["key"][0]),

@@ -11,6 +11,7 @@ const OUTCOME_TEXT = {
   right: "right",
   wrong: "wrong",
   failed: "failed",
+  cancelled: "cancelled",
   unscored: "unscored",
   pending: "running…",
 };

@@ -85,3 +85,41 @@ def test_edit_a_step_replay_and_watch_only_the_affected_steps_run(slow_page, slo
         "#family-table tbody tr", "rows => rows.map(r => r.dataset.runId)"
     )
     assert rows == [str(source_id), str(replay_id)]
+
+
+def test_replan_from_a_step_keeps_the_instruction_typed_in_the_form(browser_page, make_run):
+    page = browser_page
+    source_id = make_run("What is 17 * 23?", strategy="conductor")
+    source = make_run.wait(source_id)
+    assert source["status"] == "succeeded", source["error"]
+    step = source["steps"][0]
+
+    page.goto(f"/runs/{source_id}/#step-{step['id']}")
+    page.click("#replay-edit-open")
+    page.fill("#replay-instruction", "Work it out in two lines. End with Answer: ...")
+    with page.expect_navigation():
+        page.click("#replay-replan")
+
+    replay = make_run.get(int(page.url.rstrip("/").split("/")[-1]))
+    fields = [edit["field"] for edit in replay["edits"]]
+    assert fields == ["instruction", "replan_from"]
+    assert replay["edits"][0]["after"] == "Work it out in two lines. End with Answer: ..."
+
+
+def test_unticking_all_while_every_earlier_step_stays_ticked_is_no_edit(browser_page, make_run):
+    page = browser_page
+    source_id = make_run("What is 17 * 23?", strategy="moa")
+    source = make_run.wait(source_id)
+    assert source["status"] == "succeeded", source["error"]
+    aggregator = source["steps"][-1]
+    assert aggregator["access"] == "all"
+
+    page.goto(f"/runs/{source_id}/#step-{aggregator['id']}")
+    page.click("#replay-edit-open")
+    page.uncheck("#replay-access-all")  # every earlier step stays ticked
+    page.click("#replay-submit")
+
+    assert "Change the instruction, the worker or what it reads first" in page.inner_text(
+        "#replay-status"
+    )
+    assert page.url.rstrip("/").endswith(f"/runs/{source_id}/#step-{aggregator['id']}".rstrip("/"))

@@ -4,7 +4,6 @@ protobuf the exporter sends."""
 from __future__ import annotations
 
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -22,12 +21,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 class Receiver:
-    """An OTLP/HTTP trace receiver: keeps every span it is sent, optionally answering slowly."""
+    """An OTLP/HTTP trace receiver: keeps every span it is sent. While ``holding`` it answers
+    nothing until ``release`` is set (or ``HOLD_LIMIT_SECONDS`` pass); ``held`` is set once a
+    request has come in and waits, ``answered`` once one has been answered."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    HOLD_LIMIT_SECONDS = 30.0
+
+    def __init__(self) -> None:
         self.spans: list = []
         self.resources: list = []
-        self.delay = delay
+        self.holding = False
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.answered = threading.Event()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -35,7 +41,9 @@ class Receiver:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 request = ExportTraceServiceRequest()
                 request.ParseFromString(body)
-                time.sleep(receiver.delay)
+                if receiver.holding:
+                    receiver.held.set()
+                    receiver.release.wait(receiver.HOLD_LIMIT_SECONDS)
                 for resource_spans in request.resource_spans:
                     receiver.resources.append(resource_spans.resource)
                     for scope_spans in resource_spans.scope_spans:
@@ -46,6 +54,7 @@ class Receiver:
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+                receiver.answered.set()
 
             def log_message(self, *args) -> None:
                 pass
@@ -163,22 +172,25 @@ def test_conductor_calls_and_messages_when_the_setting_allows(
 
 
 def test_a_slow_or_absent_collector_never_slows_or_fails_a_run(monkeypatch, project, project_admin):
-    slow = Receiver(delay=4.0)
+    slow = Receiver()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", slow.endpoint)
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "10")
     pool = make_pool(project=project, workers=2)
     try:
         execute(pool, project_admin)  # warms up the run's code paths
         # The test database is SQLite in shared-cache memory, where a reader locks whole tables:
-        # let the first export read before the timed run writes (a file in WAL mode has no such
+        # let the first export read before the held run writes (a file in WAL mode has no such
         # lock).
         telemetry.flush()
-        started = time.perf_counter()
+        slow.holding = True  # the collector answers nothing until released
+        slow.answered.clear()
         run = execute(pool, project_admin)
-        elapsed = time.perf_counter() - started
         assert run.status == "succeeded"
-        assert elapsed < 2.5, elapsed  # well under the collector's 4 s: not waited for
+        assert not slow.answered.is_set()  # the run ended while its collector had not answered
+        assert slow.held.wait(10)  # and its trace did go out
+        slow.release.set()
     finally:
+        slow.release.set()
         telemetry.flush()
         slow.close()
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # nothing listens

@@ -99,7 +99,7 @@ def route_runs_to(celery_queue: str) -> Iterator[str]:
     app.conf.task_default_queue = previous
 
 
-def test_database_url() -> str:
+def created_database_url() -> str:
     """DATABASE_URL pointed at the database pytest-django created (test_postgres)."""
     from django.db import connection
 
@@ -112,7 +112,7 @@ def stack_env(queue: str) -> dict[str, str]:
     started by a test: the test database, Redis, and the session's Celery ``queue``."""
     return {
         **os.environ,
-        "DATABASE_URL": test_database_url(),
+        "DATABASE_URL": created_database_url(),
         "REDIS_URL": settings.REDIS_URL,
         "DJANGO_SECRET_KEY": os.environ.get("DJANGO_SECRET_KEY", "test-only"),
         "CONDUCTOR_EXECUTION": "celery",

@@ -28,7 +28,7 @@ from orchestrator.providers.simulator import demo_pool
 from orchestrator.services.pools import pool_sync_from_data, project_get_or_create
 from orchestrator.services.runs import run_create
 from tests.factories import make_member
-from tests.production.conftest import test_database_url as database_url_for_tests
+from tests.production.conftest import created_database_url as database_url_for_tests
 from tests.production.test_celery_path import stored_events
 
 pytestmark = [pytest.mark.production, pytest.mark.django_db(transaction=True)]

@@ -20,7 +20,7 @@ from harness.connections import WORKER_APP_NAME
 from orchestrator import wire
 from orchestrator.models import Plan, Run, Step
 from orchestrator.services.runs import run_create
-from tests.production.conftest import test_database_url as database_url_for_tests
+from tests.production.conftest import created_database_url as database_url_for_tests
 from tests.production.test_celery_path import (
     RUN_TIMEOUT,
     first_task,

@@ -1,8 +1,9 @@
-"""RunConsumer keeps checking access while a socket is open, and takes API tokens."""
+"""RunConsumer keeps checking access while a socket is open, and takes API tokens.
+
+The periodic backstop check is put out of reach here (an hour): a socket that closes within the
+wait below was closed by the change itself, however busy the machine is."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -20,6 +21,16 @@ pytestmark = [
 ]
 
 SITE = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000")]
+# How long a test waits for the close a change causes: far from the backstop, long enough for a
+# loaded machine.
+CLOSE_WAIT_SECONDS = 10
+
+
+@pytest.fixture(autouse=True)
+def _backstop_out_of_reach(monkeypatch):
+    from webui import socket_access
+
+    monkeypatch.setattr(socket_access, "ACCESS_BACKSTOP_SECONDS", 3600.0)
 
 
 def site_communicator(path: str, headers: list[tuple[bytes, bytes]] = ()) -> WebsocketCommunicator:
@@ -34,23 +45,22 @@ async def new_run_id(pool) -> int:
     return run.pk
 
 
-async def seconds_until_closed(communicator, action) -> tuple[float, int]:
-    """Do ``action`` on an open, snapshotted socket; how long until the consumer closes it."""
+async def close_code_after(communicator, action) -> int:
+    """Do ``action`` on an open, snapshotted socket; the code the consumer closes it with (it
+    must close it, and nothing else may come first)."""
     await action()
-    started = time.perf_counter()
-    output = await communicator.receive_output(timeout=3)
+    output = await communicator.receive_output(timeout=CLOSE_WAIT_SECONDS)
     assert output["type"] == "websocket.close", output
-    return time.perf_counter() - started, output["code"]
+    return output["code"]
 
 
-async def seconds_until_closed_after(communicator, action) -> tuple[float, int]:
-    """Open the socket, take its snapshot, do ``action``: how long until the consumer closes it,
-    and with which code."""
+async def close_code_once_open(communicator, action) -> int:
+    """Open the socket, take its snapshot, do ``action``: the code the consumer closes it with."""
     try:
         connected, _ = await communicator.connect()
         assert connected
         assert (await communicator.receive_json_from())["type"] == "snapshot"
-        return await seconds_until_closed(communicator, action)
+        return await close_code_after(communicator, action)
     finally:
         await communicator.disconnect()
 
@@ -62,7 +72,7 @@ async def session_cookie(user) -> tuple[tuple[bytes, bytes], Client]:
     return (b"cookie", f"sessionid={browser.cookies['sessionid'].value}".encode()), browser
 
 
-async def test_logging_out_closes_an_open_socket_within_a_second(sim_pool, viewer):
+async def test_logging_out_closes_an_open_socket_at_once(sim_pool, viewer):
     run_id = await new_run_id(sim_pool)
     cookie, browser = await session_cookie(viewer)
     communicator = site_communicator(f"/ws/runs/{run_id}/", [cookie])
@@ -70,21 +80,20 @@ async def test_logging_out_closes_an_open_socket_within_a_second(sim_pool, viewe
         connected, _ = await communicator.connect()
         assert connected
         assert (await communicator.receive_json_from())["type"] == "snapshot"
-        # Still allowed: the periodic check leaves the socket open.
-        assert await communicator.receive_nothing(timeout=1.2)
-        seconds, code = await seconds_until_closed(
+        assert await communicator.receive_nothing(timeout=0.3)  # still allowed: left open
+        code = await close_code_after(
             communicator, sync_to_async(lambda: browser.post("/accounts/logout/"))
         )
     finally:
         await communicator.disconnect()
-    assert code == 4403 and seconds < 1.0
+    assert code == 4403
 
 
-async def test_leaving_the_project_closes_an_open_socket_within_a_second(sim_pool, viewer):
+async def test_leaving_the_project_closes_an_open_socket_at_once(sim_pool, viewer):
     run_id = await new_run_id(sim_pool)
     removal = sync_to_async(lambda: Membership.objects.filter(user=viewer).delete())
-    seconds, code = await seconds_until_closed_after(communicator_for(run_id, viewer), removal)
-    assert code == 4403 and seconds < 1.0
+    code = await close_code_once_open(communicator_for(run_id, viewer), removal)
+    assert code == 4403
 
 
 async def test_a_deactivated_user_is_closed_out(sim_pool, viewer):
@@ -95,8 +104,8 @@ async def test_a_deactivated_user_is_closed_out(sim_pool, viewer):
         viewer.save(update_fields=["is_active"])
 
     deactivate = sync_to_async(deactivate_user)
-    seconds, code = await seconds_until_closed_after(communicator_for(run_id, viewer), deactivate)
-    assert code == 4403 and seconds < 1.0
+    code = await close_code_once_open(communicator_for(run_id, viewer), deactivate)
+    assert code == 4403
 
 
 @pytest.mark.parametrize("how", ["query", "header"])
@@ -113,12 +122,12 @@ async def test_an_api_token_opens_a_socket(sim_pool, viewer, how):
         assert connected
         snapshot = await communicator.receive_json_from()
         assert snapshot["type"] == "snapshot" and snapshot["run"] == run_id
-        seconds, code = await seconds_until_closed(
+        code = await close_code_after(
             communicator, sync_to_async(token.delete)
         )  # a revoked token ends the socket too
     finally:
         await communicator.disconnect()
-    assert code == 4403 and seconds < 1.0
+    assert code == 4403
 
 
 async def test_a_wrong_token_or_an_outsiders_token_is_refused(sim_pool, outsider):
@@ -138,8 +147,8 @@ async def test_a_password_change_closes_sockets_of_older_sessions(sim_pool, view
         viewer.save(update_fields=["password"])
 
     change = sync_to_async(change_password)
-    seconds, code = await seconds_until_closed_after(communicator, change)
-    assert code == 4403 and seconds < 1.0
+    code = await close_code_once_open(communicator, change)
+    assert code == 4403
 
 
 async def test_only_the_socket_whose_access_ended_is_closed(sim_pool, viewer, reviewer):
@@ -150,9 +159,9 @@ async def test_only_the_socket_whose_access_ended_is_closed(sim_pool, viewer, re
             await communicator.connect()
             await communicator.receive_json_from()
         removal = sync_to_async(lambda: Membership.objects.filter(user=viewer).delete())
-        seconds, code = await seconds_until_closed(leaving, removal)
+        code = await close_code_after(leaving, removal)
         assert await staying.receive_nothing(timeout=1.2)
     finally:
         await leaving.disconnect()
         await staying.disconnect()
-    assert code == 4403 and seconds < 1.0
+    assert code == 4403

@@ -22,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from orchestrator import comparing, selectors, wire
+from orchestrator import comparing, selectors, verdicts, wire
 from orchestrator.models import Run
 from webui.api.serializers import StepSummaryOutputSerializer, TotalsOutputSerializer, follows
 from webui.converters import MAX_ID
@@ -199,7 +199,7 @@ class CompareRunSummaryOutputSerializer(serializers.Serializer):
     answer = serializers.CharField()
     answer_shown = serializers.CharField()
     score = serializers.FloatField(allow_null=True)
-    verdict = serializers.ChoiceField(choices=wire.VERDICTS)
+    verdict = serializers.ChoiceField(choices=verdicts.VERDICTS)
     error = serializers.CharField()
     replay_of = serializers.IntegerField(allow_null=True)
     created_at = serializers.DateTimeField(allow_null=True)

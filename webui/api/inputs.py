@@ -11,7 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 
-from orchestrator import selectors, wire
+from orchestrator import selectors, verdicts
 from orchestrator.models import Run
 from webui.api.serializers import WholeNumberField
 from webui.converters import MAX_ID
@@ -99,7 +99,7 @@ class RunFilterSerializer(serializers.Serializer):
         "(case-insensitive).",
     )
     verdict = serializers.ChoiceField(
-        choices=wire.VERDICTS,
+        choices=verdicts.VERDICTS,
         required=False,
         help_text="right, wrong, unscored, failed, cancelled or pending.",
     )

@@ -15,7 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import ISO_8601, serializers
 from rest_framework.settings import api_settings
 
-from orchestrator import selectors, wire
+from orchestrator import selectors, verdicts, wire
 from orchestrator.models import Step
 
 # What each kind of output field gives in JSON, as the wire shapes spell it.
@@ -239,7 +239,7 @@ class RunSummaryOutputSerializer(RunPageUrlMixin):
             "answer": row["answer"],
             "answer_shown": wire.answer_shown(row["answer"], row["grader"]),
             "score": None if score is None else float(score),
-            "verdict": wire.verdict(status, score),
+            "verdict": verdicts.verdict(status, score),
             "error": row["error"],
             "totals": {
                 "tokens_in": row["tokens_in"],
@@ -276,9 +276,9 @@ class RunSummaryOutputSerializer(RunPageUrlMixin):
     def get_answer_shown(self, run) -> str:
         return wire.answer_shown(run.answer, run.grader)
 
-    @extend_schema_field(serializers.ChoiceField(choices=wire.VERDICTS))
+    @extend_schema_field(serializers.ChoiceField(choices=verdicts.VERDICTS))
     def get_verdict(self, run) -> str:
-        return wire.verdict(run.status, run.score)
+        return verdicts.verdict(run.status, run.score)
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_created_by(self, run) -> str | None:

@@ -141,7 +141,11 @@ export class ReplayControls {
     const actions = [submit];
     if (this.isConductorRun) {
       const replan = element("button", { type: "button", id: "replay-replan" }, "Re-plan the rest of the round from here");
-      replan.addEventListener("click", () => this.create({ edits: [], replan_from: step.id }, status));
+      // What is typed in the form goes with it: the step is kept as edited, the rest written after it.
+      replan.addEventListener("click", () => {
+        const edit = editOf();
+        this.create({ edits: Object.keys(edit).length > 1 ? [edit] : [], replan_from: step.id }, status);
+      });
       actions.push(" ", replan);
     }
     form.append(
@@ -160,15 +164,21 @@ export class ReplayControls {
       element("p", { class: "replay-actions" }, ...actions),
       status,
     );
-    form.addEventListener("submit", (event) => {
-      event.preventDefault();
+    // The earlier indices an access list reads: "all" and every earlier step ticked are the same.
+    const reads = (access) => (access === "all" ? earlier.map((other) => other.index) : [...access].sort((a, b) => a - b));
+    const editOf = () => {
       const edit = { step: step.id };
       const text = instruction.value.trim();
       if (text !== step.instruction) edit.instruction = instruction.value;
       const chosen = this.context.workers.find((option) => String(option.id) === worker.value);
       if (chosen && chosen.name !== step.worker) edit.worker = chosen.id;
       const access = all.checked ? "all" : boxes.map((label) => label.querySelector("input")).filter((box) => box.checked).map((box) => Number(box.dataset.index));
-      if (JSON.stringify(access) !== JSON.stringify(step.access)) edit.access = access;
+      if (JSON.stringify(reads(access)) !== JSON.stringify(reads(step.access))) edit.access = access;
+      return edit;
+    };
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const edit = editOf();
       if (Object.keys(edit).length === 1) {
         status.textContent = "Change the instruction, the worker or what it reads first (or use Replay unchanged).";
         return;

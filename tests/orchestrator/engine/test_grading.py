@@ -174,7 +174,8 @@ def test_code_that_never_ends_is_stopped_by_the_time_limit(code_sandbox, monkeyp
     )
     started = time.monotonic()
     assert grade("while True:\n    pass\n", TESTS, "code") == 0.0
-    assert time.monotonic() - started < 5
+    # Stopped by its limit, not left to run: well under what a busy machine could add to 1 s.
+    assert time.monotonic() - started < 30
 
 
 def test_code_under_test_has_no_network(code_sandbox):

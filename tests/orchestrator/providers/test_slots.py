@@ -52,12 +52,12 @@ async def test_a_bounded_worker_s_steps_wait_their_turn_and_the_wait_is_not_late
         name="w0",
         model="fake/w",
         description="bounded",
-        client=counting.client(0.05),
+        client=counting.client(0.25),
         slots=LocalSlots("test:bounded-worker", 2),
     )
-    # Six steps at once, each taking 0.05 s, under a step timeout of 0.08 s: in pairs, the last
-    # pair waits 0.1 s for its turn and still ends in time, as the timeout counts from its call.
-    settings = RunSettings(max_steps=6, max_rounds=1, step_timeout=0.08)
+    # Six steps at once, each taking 0.25 s, under a step timeout of 0.4 s: in pairs, the last
+    # pair waits 0.5 s for its turn and still ends in time, as the timeout counts from its call.
+    settings = RunSettings(max_steps=6, max_rounds=1, step_timeout=0.4)
     result = await execute_run(
         question="Q",
         strategy=ScriptedStrategy([independent(6)]),
@@ -67,9 +67,9 @@ async def test_a_bounded_worker_s_steps_wait_their_turn_and_the_wait_is_not_late
     assert result.status == "succeeded", result.error
     assert counting.peak == 2
     queued = sorted(step.queued for step in result.steps)
-    assert queued[:2] == pytest.approx([0, 0], abs=0.02)
-    assert queued[-1] >= 0.08
-    assert all(step.latency < 0.08 for step in result.steps)
+    assert queued[:2] == pytest.approx([0, 0], abs=0.1)
+    assert queued[-1] >= 0.4  # longer than the timeout: it did not count the wait
+    assert all(step.latency < 0.4 for step in result.steps)
 
 
 async def test_without_a_bound_every_step_calls_at_once():

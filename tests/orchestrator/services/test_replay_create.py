@@ -181,6 +181,33 @@ def test_an_access_edit_makes_the_step_read_what_it_names(pool, admin, execute, 
     assert step_at(source, 0, 0).response not in json.dumps(replayed.messages)
 
 
+def test_an_access_edit_naming_every_earlier_step_of_an_all_step_changes_nothing(
+    pool, admin, execute, script
+):
+    source = finished_run(pool, execute, strategy="moa")  # the aggregator reads "all"
+    aggregator = step_at(source, 0, 2)
+    assert aggregator.access == "all"
+
+    run = replay(source, admin, execute, script, edits=[{"step": aggregator.pk, "access": [0, 1]}])
+
+    assert run.edits == []
+    assert script.calls == []
+    assert ran_again(run) == []
+
+
+def test_an_all_edit_of_a_step_that_reads_every_earlier_step_changes_nothing(
+    pool, admin, execute, script
+):
+    source = finished_run(pool, execute, strategy="reflection", strategy_options={"rounds": 3})
+    second = step_at(source, 0, 1)
+    assert second.access == [0]
+
+    run = replay(source, admin, execute, script, edits=[{"step": second.pk, "access": "all"}])
+
+    assert run.edits == []
+    assert script.calls == []
+
+
 def test_replay_unchanged_calls_no_model_and_gives_the_same_answer(pool, admin, execute, script):
     source = finished_run(pool, execute, strategy="reflection", strategy_options={"rounds": 3})
 
@@ -318,6 +345,46 @@ def test_replan_from_asks_the_conductor_for_the_rest_of_the_round(pool, admin, e
     assert ran_again(run) == [(0, 2), (0, 3), (0, 4)]
     assert Plan.objects.get(run=run, round=0).reused_from_id is None
     assert run.edits[0]["field"] == "replan_from"
+
+
+def test_replan_from_an_edited_step_keeps_the_edit_and_replans_after_it(
+    pool, admin, execute, script
+):
+    script.rounds = [TREE, ""]
+    source = finished_run(pool, execute)
+    third = step_at(source, 0, 2)
+
+    run = replay(
+        source,
+        admin,
+        execute,
+        script,
+        edits=[{"step": third.pk, "instruction": "Refine a, twice."}],
+        replan_from=third.pk,
+    )
+
+    conductor_prompts = [content for model, content in script.calls if model == "sim/conductor"]
+    assert "The first 3 steps of this workflow are already written and done" in conductor_prompts[0]
+    assert "Refine a, twice." in conductor_prompts[0]
+    assert [edit["field"] for edit in run.edits] == ["instruction", "replan_from"]
+    # This conductor writes its first workflow again, so the step edited runs again as written.
+    assert ran_again(run)[0] == (0, 2)
+
+
+def test_an_edit_after_replan_from_is_refused(pool, admin, execute, script):
+    script.rounds = [TREE, ""]
+    source = finished_run(pool, execute)
+
+    with pytest.raises(ValidationError) as refused:
+        replay_create(
+            source=source,
+            actor=admin,
+            enqueue=False,
+            edits=[{"step": step_at(source, 0, 3).pk, "instruction": "Refine b, twice."}],
+            replan_from=step_at(source, 0, 2).pk,
+        )
+
+    assert "edits[0].step" in refused.value.message_dict
 
 
 # Events, audit, rules ---------------------------------------------------------------------------

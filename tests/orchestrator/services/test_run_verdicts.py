@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import selectors, wire
+from orchestrator import selectors, verdicts, wire
 from orchestrator.models import RunEvent
 from orchestrator.providers.simulator import load_suite
 from orchestrator.services.runs import run_create
@@ -32,8 +32,8 @@ ARITHMETIC = next(task for task in load_suite() if task.domain == "arithmetic")
     ],
 )
 def test_verdict_of_status_and_score(status, score, expected):
-    assert wire.verdict(status, score) == expected
-    assert expected in wire.VERDICTS
+    assert verdicts.verdict(status, score) == expected
+    assert expected in verdicts.VERDICTS
 
 
 @pytest.mark.parametrize(
@@ -117,3 +117,43 @@ def test_worker_filter_is_a_substring_of_name_or_model_in_any_case(sim_pool, rev
     for text in ("Summit", "summit", "sim/SUMMIT", "mit (sim"):
         assert list(selectors.run_list(user=reviewer, worker=text)) == [summit], text
     assert set(selectors.run_list(user=reviewer, worker="sim/")) == {summit, other}
+
+
+OUTCOMES = [
+    ("succeeded", 1.0),
+    ("succeeded", 0.5),
+    ("succeeded", 0.0),
+    ("succeeded", None),
+    ("failed", None),
+    ("cancelled", None),
+    ("running", None),
+]
+
+
+def test_the_list_filter_batches_and_the_review_queue_agree_on_right_and_wrong(sim_pool, reviewer):
+    """One meaning of a run's outcome: each place that tells right from wrong tells it alike."""
+    runs = {
+        make_run(pool=sim_pool, status=status, score=score).pk: (status, score)
+        for status, score in OUTCOMES
+    }
+    for verdict in verdicts.VERDICTS:
+        filtered = set(
+            selectors.run_list(user=reviewer)
+            .filter(verdicts.verdict_filter(verdict))
+            .values_list("pk", flat=True)
+        )
+        assert filtered == {
+            pk for pk, outcome in runs.items() if verdicts.verdict(*outcome) == verdict
+        }
+    for pk, (status, score) in runs.items():
+        row = selectors.run_list(user=reviewer).get(pk=pk)
+        assert wire.batch_run_data(row)["outcome"] == verdicts.verdict(status, score)
+    queued = set(
+        selectors.review_queue(
+            user=reviewer, state="all", threshold=selectors.REVIEW_SCORE_THRESHOLD
+        ).values_list("pk", flat=True)
+    )
+    wanting_review = {
+        pk for pk, outcome in runs.items() if verdicts.verdict(*outcome) in ("wrong", "failed")
+    }
+    assert queued == wanting_review  # a half score is wrong here too
