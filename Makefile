@@ -52,16 +52,17 @@ serve:
 	@echo "Serving on http://$(HOST):$(PORT)/ (Ctrl-C stops)"
 	$(BIN)/daphne -b $(HOST) -p $(PORT) webui.asgi:application
 
-# Three sessions: Playwright's sync API keeps an event loop running in the main thread, which
+# Four sessions, the real model's (tests/real_model.py, slow) apart. Playwright's sync API keeps an event loop running in the main thread, which
 # Django then takes for an async context, so browser tests never share a process with the rest.
 test: install
 	$(MAKE) --no-print-directory lint
-	$(BIN)/pytest -m "not production and not browser" --durations=15
+	$(BIN)/pytest -m "not production and not browser and not real_model" --durations=15
 	$(BIN)/pytest -m browser --durations=15
+	$(BIN)/pytest -m real_model --durations=15
 	$(MAKE) --no-print-directory test-production
 
 test-fast: install
-	$(BIN)/pytest -m "not production and not browser"
+	$(BIN)/pytest -m "not production and not browser and not real_model"
 
 test-production: install
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) DJANGO_SECRET_KEY=test-only \
