@@ -33,7 +33,25 @@ def test_cancel_button_stops_a_run_and_the_page_shows_every_step_closed(slow_pag
     page.wait_for_selector("#live-indicator[data-state=live]")
     page.wait_for_selector("#step-list li[data-status=running]")
     assert page.is_visible("#run-cancel")
+    cancels = []
+    page.on(
+        "request", lambda request: cancels.append(request.url) if "/cancel" in request.url else None
+    )
 
+    # A cancel cannot be undone: the button asks first, and "no" leaves the run going.
+    questions = []
+
+    def answer_no(dialog):
+        questions.append(dialog.message)
+        dialog.dismiss()
+
+    page.once("dialog", answer_no)
+    page.click("#run-cancel")
+    assert questions and questions[0].startswith("Cancel this run?")
+    assert cancels == [] and page.is_enabled("#run-cancel")
+    assert page.text_content("#run-cancel-message") == ""
+
+    page.once("dialog", lambda dialog: dialog.accept())
     page.click("#run-cancel")
 
     page.wait_for_selector("#run-status.status-cancelled")

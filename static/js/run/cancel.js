@@ -1,6 +1,7 @@
-// The Cancel button, for those who may cancel (the server renders it only for them). It posts to
-// the API and leaves the rest to the run's live events: run.finished hides it and redraws the
-// steps the cancel closed. 202 means the server queued the cancel behind a busy database.
+// The Cancel button, for those who may cancel (the server renders it only for them). Once the
+// user confirms, it posts to the API and leaves the rest to the run's live events: run.finished
+// hides it and redraws the steps the cancel closed. 202 means the server queued the cancel
+// behind a busy database.
 
 import { sendJSON } from "../http.js";
 import { RUN_FINISHED } from "./statuses.js";
@@ -14,7 +15,8 @@ export class CancelButton {
     this.message = form.querySelector("[role=status]");
     form.addEventListener("submit", (event) => {
       event.preventDefault();
-      this.cancel();
+      // A cancel cannot be undone: the button's data-confirm question is asked first.
+      if (window.confirm(this.button.dataset.confirm)) this.cancel();
     });
   }
 
